@@ -1,0 +1,3 @@
+from oaishim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""Rules a and b: validation against the official schema, and keys the schema does not define.
+
+The bundle (``openai_schemas.json``, written by :mod:`oaishim.check.specgen`) is read and its
+validators built once per process; both take about a millisecond.
+
+JSON Schema cannot say "no other keys" here: the spec sets ``additionalProperties: false`` on none of
+these objects (openai-wire-format.md §0.4), so vendor fields pass validation. :func:`unknown_keys`
+walks the instance beside its schema and reports each key no applicable schema defines. For
+``anyOf``/``oneOf`` it keeps the branches the instance can belong to (type, required keys and
+``enum`` values of its properties agree), so a function tool call is not allowed a custom call's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import jsonschema_rs
+import orjson
+
+from oaishim.check._findings import Sink, child
+from oaishim.check.specgen import BUNDLE_PATH
+
+Schema = dict[str, Any]
+
+# Fields that self-hosted servers add on purpose. With ``extensions_as_notes`` they are notes, not
+# errors (backend-quirks.md §6 "Extra choice fields" and §8 "Remove non-standard fields").
+VENDOR_EXTENSIONS = frozenset(
+    {
+        "reasoning_content", "reasoning", "stop_reason", "matched_stop", "timings", "prompt_token_ids",
+        "token_ids", "prompt_logprobs", "prompt_text", "kv_transfer_params", "metrics", "sglext",
+        "avg_decoded_tokens_per_iter", "disaggregated_params", "mm_embedding_handle", "metadata",
+        "reasoning_tokens", "continuous_usage_stats", "num_cached_tokens", "hidden_states",
+    }
+)  # fmt: skip
+
+
+@cache
+def _bundle() -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads(BUNDLE_PATH.read_bytes())
+    return data
+
+
+def defs() -> dict[str, Schema]:
+    result: dict[str, Schema] = _bundle()["$defs"]
+    return result
+
+
+def root_name(kind: str) -> str:
+    name: str = _bundle()["roots"][kind]
+    return name
+
+
+@cache
+def _validator(kind: str) -> Any:
+    schema = {"$ref": "#/$defs/" + root_name(kind), "$defs": defs()}
+    return jsonschema_rs.Draft202012Validator(schema)
+
+
+def validate(kind: str, instance: Any, sink: Sink, *, chunk: int | None = None, base: str = "$") -> None:
+    for error in _validator(kind).iter_errors(instance):
+        path = base
+        for part in error.instance_path:
+            path = child(path, part)
+        sink.add("schema", path, error.message, chunk=chunk)
+
+
+def _resolve(schema: Schema) -> Schema:
+    while "$ref" in schema:
+        target = defs()[schema["$ref"].removeprefix("#/$defs/")]
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        schema = {**target, **rest} if rest else target
+    return schema
+
+
+def _types(schema: Schema) -> set[str] | None:
+    t = schema.get("type")
+    if t is None:
+        return None
+    return set(t) if isinstance(t, list) else {t}
+
+
+def _could_be(schema: Schema, instance: Any) -> bool:
+    """Whether ``instance`` can belong to ``schema`` as far as the unknown-key walk is concerned."""
+    types = _types(schema)
+    if isinstance(instance, dict):
+        if types is not None and "object" not in types:
+            return False
+        if any(key not in instance for key in schema.get("required", ())):
+            return False
+        for name, raw in schema.get("properties", {}).items():
+            if name in instance:
+                prop = _resolve(raw)
+                if "enum" in prop and instance[name] not in prop["enum"]:
+                    return False
+                if "const" in prop and instance[name] != prop["const"]:
+                    return False
+        return True
+    if isinstance(instance, list):
+        return types is None or "array" in types
+    return types is None or bool(types - {"object", "array"})
+
+
+def _expand(schemas: list[Schema], instance: Any) -> Iterator[Schema]:
+    """Every schema the instance must or may satisfy: $ref resolved, allOf flattened, unions filtered."""
+    for raw in schemas:
+        schema = _resolve(raw)
+        if not _could_be(schema, instance):
+            continue
+        yield schema
+        yield from _expand(schema.get("allOf", []), instance)
+        for key in ("anyOf", "oneOf"):
+            branches = [_resolve(b) for b in schema.get(key, [])]
+            if branches:
+                fitting = [b for b in branches if _could_be(b, instance)]
+                yield from _expand(fitting, instance)
+
+
+def unknown_keys(schemas: list[Schema], instance: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Yield ``(path, key)`` for each key in ``instance`` that no applicable schema defines."""
+    applicable = list(_expand(schemas, instance))
+    if isinstance(instance, dict):
+        props: dict[str, list[Schema]] = {}
+        extra: list[Schema] = []
+        open_map = False
+        for schema in applicable:
+            for name, prop in schema.get("properties", {}).items():
+                props.setdefault(name, []).append(prop)
+            additional = schema.get("additionalProperties")
+            if additional is True or isinstance(additional, dict):
+                open_map = True
+                if isinstance(additional, dict):
+                    extra.append(additional)
+        if not props and not open_map:
+            return  # the schema does not expect an object here: rule a reports it
+        for key, value in instance.items():
+            if key in props:
+                yield from unknown_keys(props[key], value, child(path, key))
+            elif open_map:
+                yield from unknown_keys(extra, value, child(path, key))
+            else:
+                yield path, key
+    elif isinstance(instance, list):
+        items = [s["items"] for s in applicable if isinstance(s.get("items"), dict)]
+        if items:
+            for i, value in enumerate(instance):
+                yield from unknown_keys(items, value, child(path, i))
+
+
+def report_unknown(
+    kind: str,
+    instance: Any,
+    sink: Sink,
+    *,
+    chunk: int | None = None,
+    base: str = "$",
+    extensions_as_notes: bool = False,
+) -> None:
+    for path, key in unknown_keys([{"$ref": "#/$defs/" + root_name(kind)}], instance, base):
+        note = extensions_as_notes and key in VENDOR_EXTENSIONS
+        sink.add(
+            "unknown-field",
+            child(path, key),
+            f"{key!r} is not a field of the official API" + (" (known vendor extension)" if note else ""),
+            chunk=chunk,
+            severity="note" if note else None,
+        )

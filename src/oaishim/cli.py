@@ -1,0 +1,97 @@
+"""The ``oaishim`` command line: a thin shell that reads files and prints; the work is elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from oaishim import __version__
+from oaishim.check import CheckOptions, check, exchange_from_bytes
+from oaishim.check._report import json_report, text_report
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "check",
+        help="check raw response bodies (.sse or JSON) against the official OpenAI API",
+        description="Check raw response bodies against the official OpenAI API. Exit 1 on any error-level finding.",
+    )
+    p.add_argument("bodies", nargs="+", metavar="BODY", type=Path, help="a raw SSE body or a JSON body")
+    p.add_argument("--request", type=Path, help="the request JSON, which enables the request-aware rules")
+    p.add_argument("--status", type=int, help="the HTTP status of the response (unknown when omitted)")
+    p.add_argument("--content-type", help="the response's Content-Type (guessed from the bytes when omitted)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--extensions-as-notes", action="store_true", help="report known vendor extension fields as notes, not errors"
+    )
+    p.add_argument("--special-token", action="append", default=[], help="a special token of the model (repeatable)")
+    p.add_argument("--eot-token", action="append", default=[], help="an end-of-turn token of the model (repeatable)")
+    p.set_defaults(run=_run_check)
+
+
+def _fail(message: str) -> int:
+    print(f"oaishim: {message}", file=sys.stderr)
+    return 2
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    request = None
+    if args.request is not None:
+        try:
+            request = orjson.loads(args.request.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            return _fail(f"cannot read the request {args.request}: {exc}")
+        if not isinstance(request, dict):
+            return _fail(f"the request {args.request} is not a JSON object")
+    options = CheckOptions(
+        extensions_as_notes=args.extensions_as_notes,
+        special_tokens=frozenset(args.special_token),
+        eot_tokens=frozenset(args.eot_token),
+    )
+    headers = {"content-type": args.content_type} if args.content_type else None
+    errors = 0
+    reports = []
+    for path in args.bodies:
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            return _fail(f"cannot read {path}: {exc}")
+        findings = check(exchange_from_bytes(raw, request=request, status=args.status, headers=headers), options)
+        errors += sum(f.severity == "error" for f in findings)
+        if args.format == "json":
+            reports.append(json_report(str(path), findings))
+        else:
+            print(text_report(str(path), findings))
+    elapsed = time.perf_counter() - started
+    if args.format == "json":
+        sys.stdout.buffer.write(
+            orjson.dumps({"files": reports, "seconds": round(elapsed, 4)}, option=orjson.OPT_INDENT_2)
+        )
+        sys.stdout.write("\n")
+    else:
+        print(f"{len(args.bodies)} file(s) checked in {elapsed * 1000:.0f} ms: {errors} error(s)")
+    return 1 if errors else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oaishim", description="Make self-hosted LLM servers speak exact OpenAI.")
+    parser.add_argument("--version", action="version", version=f"oaishim {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_check(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
