@@ -1,0 +1,71 @@
+"""The schema bundle: up to date with the official spec, and fixed up where the spec is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from oaishim.check import specgen
+from oaishim.check._findings import Sink
+from oaishim.check._schema import defs, unknown_keys, validate
+
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "openapi.yaml"
+
+
+@pytest.mark.skipif(not SPEC.exists(), reason="the official spec lives in ../shared beside the repository")
+def test_bundle_matches_a_fresh_build_from_the_spec() -> None:
+    raw = SPEC.read_bytes()
+    spec = yaml.load(raw, Loader=yaml.CSafeLoader)
+    assert specgen.render(specgen.build(spec, raw)) == specgen.BUNDLE_PATH.read_bytes()
+
+
+def test_nullable_becomes_a_null_union() -> None:
+    node = specgen._clean({"type": "string", "enum": ["a"], "nullable": True, "description": "x"})
+    assert node == {"type": ["string", "null"], "enum": ["a", None]}
+    wrapped = specgen._clean({"$ref": "#/components/schemas/X", "nullable": True})
+    assert wrapped == {"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}]}
+
+
+def test_property_names_that_look_like_keywords_survive_cleaning() -> None:
+    node = specgen._clean({"type": "object", "properties": {"description": {"type": "string", "description": "d"}}})
+    assert node == {"type": "object", "properties": {"description": {"type": "string"}}}
+
+
+def _errors(kind: str, instance: object) -> list[str]:
+    sink = Sink()
+    validate(kind, instance, sink)
+    return [f.path for f in sink.findings]
+
+
+CHUNK = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+
+
+def test_legacy_chunks_may_carry_a_null_finish_reason_but_plain_bodies_may_not() -> None:
+    body = {**CHUNK, "choices": [{"index": 0, "text": "a", "logprobs": None, "finish_reason": None}]}
+    assert _errors("text_completion.chunk", body) == []
+    assert set(_errors("text_completion", body)) == {"$.choices[0].finish_reason"}
+
+
+def test_echoed_legacy_logprobs_may_start_with_null() -> None:
+    logprobs = {
+        "tokens": ["a", "b"],
+        "token_logprobs": [None, -1.0],
+        "top_logprobs": [None, {"b": -1.0}],
+        "text_offset": [0, 1],
+    }
+    body = {**CHUNK, "choices": [{"index": 0, "text": "ab", "logprobs": logprobs, "finish_reason": "stop"}]}
+    assert _errors("text_completion", body) == []
+
+
+def test_unknown_keys_follow_the_matching_union_branch() -> None:
+    # A function tool call may not borrow the custom tool call's "custom" key.
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}, "custom": {}}]
+    found = list(unknown_keys([{"$ref": "#/$defs/ChatCompletionMessageToolCalls"}], calls, "$"))
+    assert found == [("$[0]", "custom")]
+
+
+def test_open_maps_allow_any_key() -> None:
+    assert "Metadata" in defs()
+    assert list(unknown_keys([{"$ref": "#/$defs/Metadata"}], {"anything": "x"}, "$")) == []
