@@ -218,6 +218,8 @@ CASES = [
     Case("stream.tool-call-delta", "tool-call-a.sse", _continuing_with_type),
     Case("stream.error-event", "content.sse", _error_event),
     Case("tool-call.id", "parallel-tool-calls.sse", _second_call_id),
+    Case("id.prefix", "content.sse", lambda c: [{**x, "id": "cmpl-" + x["id"]} for x in c]),
+    Case("id.prefix", "tool-call-a.sse", _set(["choices", 0, "delta", "tool_calls", 0, "id"], "chatcmpl-tool-1", 0)),
     Case("tool-call.index", "parallel-tool-calls.sse", _retag_tool_index),
     Case("message.tool-calls-empty", "content.sse", _set(["choices", 0, "delta", "tool_calls"], [], 3)),
     Case("message.content-null", "tool-call-a.sse", _set(["choices", 0, "delta", "content"], "", 0)),

@@ -15,7 +15,7 @@ import orjson
 from oaishim.check import _eot, _errors, _logprobs, _message, _request, _schema
 from oaishim.check._findings import Sink, jpath
 from oaishim.check._model import CheckOptions, Endpoint, Exchange, Finding
-from oaishim.check._stream import StreamRules
+from oaishim.check._stream import StreamRules, check_id_prefix
 from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
 from oaishim.wire.sse import SSEEvent, is_done
 
@@ -89,6 +89,7 @@ def _check_body(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
     _validate(kind, body, opts, sink)
     if not isinstance(body, Mapping) or endpoint not in ("chat", "completions"):
         return
+    check_id_prefix(body, endpoint == "chat", sink)
     _final_rules(body, ex.request, opts, sink, chat=endpoint == "chat", streamed=False)
     for i, choice in enumerate(body.get("choices") or []):
         if isinstance(choice, Mapping):

@@ -95,3 +95,7 @@ def _check_call_ids(calls: list[Any], path: str, seen: set[str], sink: Sink, chu
             sink.add("tool-call.id", f"{path}[{j}].id", f"tool-call id {call_id!r} repeated", chunk=chunk)
         else:
             seen.add(call_id)
+            if not call_id.startswith("call_"):
+                sink.add(
+                    "id.prefix", f"{path}[{j}].id", f"tool-call id {call_id!r} lacks the call_ prefix", chunk=chunk
+                )

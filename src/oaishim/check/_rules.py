@@ -43,6 +43,7 @@ RULES: Final[dict[str, tuple[Severity, str]]] = {
     "stream.tool-call-delta": ("error", "a tool-call delta in the wrong shape for its position"),
     "stream.error-event": ("error", "an error delivered inside the stream"),
     "tool-call.id": ("error", "a tool-call id is empty or repeated within the response"),
+    "id.prefix": ("warning", "an id without the official prefix (chatcmpl-, cmpl-, call_)"),
     "tool-call.index": ("error", "tool-call indices are not 0-based and contiguous"),
     # d. message rules
     "message.tool-calls-empty": ("error", "tool_calls is [] or null instead of absent"),

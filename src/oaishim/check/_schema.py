@@ -81,13 +81,17 @@ def _types(schema: Schema) -> set[str] | None:
     return set(t) if isinstance(t, list) else {t}
 
 
-def _could_be(schema: Schema, instance: Any) -> bool:
-    """Whether ``instance`` can belong to ``schema`` as far as the unknown-key walk is concerned."""
+def _could_be(schema: Schema, instance: Any, *, strict: bool) -> bool:
+    """Whether ``instance`` can belong to ``schema`` as far as the unknown-key walk is concerned.
+
+    Loose: the type and the ``enum``/``const`` of present properties agree. Strict: also every
+    required key is present, which tells apart union branches that differ only by their keys.
+    """
     types = _types(schema)
     if isinstance(instance, dict):
         if types is not None and "object" not in types:
             return False
-        if any(key not in instance for key in schema.get("required", ())):
+        if strict and any(key not in instance for key in schema.get("required", ())):
             return False
         for name, raw in schema.get("properties", {}).items():
             if name in instance:
@@ -103,18 +107,22 @@ def _could_be(schema: Schema, instance: Any) -> bool:
 
 
 def _expand(schemas: list[Schema], instance: Any) -> Iterator[Schema]:
-    """Every schema the instance must or may satisfy: $ref resolved, allOf flattened, unions filtered."""
+    """Every schema the instance must or may satisfy: $ref resolved, allOf flattened, unions filtered.
+
+    A union keeps the branches the instance fits strictly, else those it fits loosely, so a body
+    that lacks a required key (rule a reports it) still has its other keys judged.
+    """
     for raw in schemas:
         schema = _resolve(raw)
-        if not _could_be(schema, instance):
+        if not _could_be(schema, instance, strict=False):
             continue
         yield schema
         yield from _expand(schema.get("allOf", []), instance)
         for key in ("anyOf", "oneOf"):
             branches = [_resolve(b) for b in schema.get(key, [])]
-            if branches:
-                fitting = [b for b in branches if _could_be(b, instance)]
-                yield from _expand(fitting, instance)
+            fitting = [b for b in branches if _could_be(b, instance, strict=True)]
+            fitting = fitting or [b for b in branches if _could_be(b, instance, strict=False)]
+            yield from _expand(fitting, instance)
 
 
 def unknown_keys(schemas: list[Schema], instance: Any, path: str) -> Iterator[tuple[str, str]]:

@@ -22,6 +22,14 @@ from oaishim.check._findings import Sink, jpath
 _FIRST_DELTA_KEYS = frozenset({"role", "content", "refusal", "tool_calls"})
 
 
+def check_id_prefix(obj: Mapping[str, Any], chat: bool, sink: Sink, chunk: int | None = None) -> None:
+    """Response ids start ``chatcmpl-`` (chat) or ``cmpl-`` (legacy completions)."""
+    want = "chatcmpl-" if chat else "cmpl-"
+    rid = obj.get("id")
+    if isinstance(rid, str) and not rid.startswith(want):
+        sink.add("id.prefix", "$.id", f"id {rid!r} lacks the {want} prefix", chunk=chunk)
+
+
 @dataclass(slots=True)
 class ChoiceState:
     index: int
@@ -61,6 +69,7 @@ class StreamRules:
     def _identity(self, n: int, chunk: Mapping[str, Any]) -> None:
         if self.first is None:
             self.first = chunk
+            check_id_prefix(chunk, self.chat, self.sink, n)
         else:
             for key, rule in (("id", "stream.id"), ("created", "stream.created")):
                 if chunk.get(key) != self.first.get(key):
@@ -228,6 +237,8 @@ class StreamRules:
         if isinstance(call_id, str) and call_id:
             if call_id in self.call_ids:
                 self.sink.add("tool-call.id", cpath + ".id", f"tool-call id {call_id!r} repeated", chunk=n)
+            elif not call_id.startswith("call_"):
+                self.sink.add("id.prefix", cpath + ".id", f"tool-call id {call_id!r} lacks the call_ prefix", chunk=n)
             self.call_ids.add(call_id)
 
     def _continuing_call(self, n: int, cpath: str, call: Mapping[str, Any]) -> None:
