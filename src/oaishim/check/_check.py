@@ -149,6 +149,10 @@ def _check_stream(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
         sink.add("stream.content-type", "$", f"a stream served as {content_type!r}")
     if ex.request is not None and ex.request.get("stream") is not True:
         sink.add("request.stream", "$", "a stream came back although the request did not ask for one")
+    for name, value in ex.unknown_fields:
+        sink.add(
+            "stream.framing", "$", f"an SSE {name}: line ({value[:60]!r}); clients ignore it, so what it says is lost"
+        )
     if ex.incomplete_tail:
         sink.add("stream.framing", "$", "the stream ends in the middle of an event (no closing blank line)")
     done_at = next((n for n, e in enumerate(events) if is_done(e)), None)

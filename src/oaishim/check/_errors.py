@@ -8,6 +8,7 @@ class from the status alone, so a server fault sent as 400 (TensorRT-LLM answers
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,16 +31,35 @@ _TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
 }
 
 
+# Words that show a failure of the server, not of the request (TensorRT-LLM answers both with 400).
+SERVER_FAULT = re.compile(
+    r"out of memory|\bOOM\b|CUDA|cuda error|Traceback|internal server error|internal error|engine (?:dead|died|error)|"
+    r"RuntimeError|segmentation fault|NCCL|device-side assert",
+    re.IGNORECASE,
+)
+
+
+def looks_like_server_fault(message: str) -> bool:
+    return SERVER_FAULT.search(message) is not None
+
+
 def is_error_body(body: Any) -> bool:
-    return isinstance(body, Mapping) and "error" in body and "choices" not in body
+    """An error in any backend's shape: the official ``{"error": …}`` or a flat ``object: "error"``."""
+    if not isinstance(body, Mapping) or "choices" in body:
+        return False
+    return "error" in body or body.get("object") == "error"
 
 
 def check_error_body(body: Any, status: int | None, sink: Sink, *, chunk: int | None = None) -> None:
     """Check an error body; ``status`` is None for an error event inside a stream."""
-    if not isinstance(body, Mapping) or not isinstance(body.get("error"), Mapping):
+    if not isinstance(body, Mapping):
         sink.add("error.shape", "$", 'error body is not {"error": {...}}', chunk=chunk)
         return
-    error = body["error"]
+    error = body.get("error")
+    if not isinstance(error, Mapping):
+        # A flat body (vLLM old, SGLang, TRT-LLM): one finding for the shape; its status is still judged.
+        sink.add("error.shape", "$", 'error body is not {"error": {...}}', chunk=chunk)
+        error = body
     for key, kinds in (
         ("message", (str,)),
         ("type", (str,)),
@@ -64,6 +84,10 @@ def check_error_body(body: Any, status: int | None, sink: Sink, *, chunk: int | 
         return
     if status < 400:
         sink.add("error.status", "$", f"an error body with HTTP {status}", chunk=chunk)
+        return
+    message = error.get("message")
+    if 400 <= status < 500 and isinstance(message, str) and looks_like_server_fault(message):
+        sink.add("error.status", "$", f"HTTP {status} for what the message shows is a server fault", chunk=chunk)
         return
     fitting = _TYPE_STATUS.get(kind) if isinstance(kind, str) else None
     if fitting is not None and status not in fitting:

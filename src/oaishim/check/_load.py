@@ -33,7 +33,14 @@ def exchange_from_bytes(
     if looks_like_sse(raw, hdrs.get("content-type")):
         decoder = SSEDecoder()
         events = decoder.feed(raw) + decoder.flush()
-        return Exchange(request, status, hdrs, events=events, incomplete_tail=decoder.incomplete_tail)
+        return Exchange(
+            request,
+            status,
+            hdrs,
+            events=events,
+            incomplete_tail=decoder.incomplete_tail,
+            unknown_fields=decoder.unknown_fields,
+        )
     try:
         body: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:

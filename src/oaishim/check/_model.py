@@ -53,6 +53,7 @@ class Exchange:
     events: Sequence[SSEEvent] | None = None
     endpoint: Endpoint | None = None
     incomplete_tail: bool = False
+    unknown_fields: Sequence[tuple[str, str]] = ()  # SSE lines with a field other than data/event/id/retry
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,7 @@ class SSEDecoder:
         "_skip_lf",
         "bytes_fed",
         "incomplete_tail",
+        "unknown_fields",
     )
 
     def __init__(self) -> None:
@@ -95,6 +96,7 @@ class SSEDecoder:
         self._finished = False
         self.incomplete_tail = False
         self.bytes_fed = 0
+        self.unknown_fields: list[tuple[str, str]] = []  # (name, value) of lines with an unknown field
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Decode ``chunk`` and return the events it completed (often none, often one)."""
@@ -176,6 +178,10 @@ class SSEDecoder:
             # isdigit() alone would accept "²" or Arabic-Indic digits; the spec says ASCII digits.
             elif name == "retry" and value.isascii() and value.isdigit():
                 self._retry = int(value)
+            elif name not in ("id", "retry"):
+                # WHATWG ignores other fields, and so do clients; they are kept aside so a proxy can
+                # still act on them (old llama.cpp sends errors as an `error:` line).
+                self.unknown_fields.append((name, value))
 
 
 def encode_event(data: str, *, event: str | None = None, id: str | None = None, retry: int | None = None) -> bytes:
