@@ -496,3 +496,10 @@ def test_sse_encoded_stream_random_splits(
         expected.append(SSEEvent(normalise_line_ends(d), e or "", last_id, r))
     offsets = data.draw(st.lists(st.integers(0, len(raw)), max_size=20), label="offsets")
     assert decode(*split_at(raw, offsets)) == expected
+
+
+def test_unknown_fields_are_ignored_but_kept_aside() -> None:
+    decoder = SSEDecoder()
+    events = decoder.feed(b'error: {"message": "boom"}\n\ndata: x\nfoo\n\n')
+    assert [e.data for e in events] == ["x"]
+    assert decoder.unknown_fields == [("error", '{"message": "boom"}'), ("foo", "")]
