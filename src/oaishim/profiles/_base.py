@@ -1,0 +1,59 @@
+"""What a backend profile is: data about a backend's quirks, plus at most a few small named hooks.
+
+The generic request and response code reads these fields; it never asks which backend it talks to.
+The response side is built to produce the exact official format from *any* input, so most profile
+fields are about the request side: what the backend reads, rejects or misreads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
+MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
+RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One backend (and version range). Every field says what the *backend* does or needs.
+
+    Request side:
+      developer_to_system: the backend (or its chat template) drops or rejects ``developer``
+        messages, so they are merged into the leading system message.
+      reasoning_in: the name the backend reads for reasoning sent back in assistant history, or
+        ``drop`` where it answers 400 or ignores it.
+      max_tokens_in: which name(s) of the output limit the backend understands.
+      rejects: request fields the backend rejects (400) or misreads; they are dropped and listed in
+        the ``x-oaishim-dropped`` response header.
+      usage_on_empty_stream_options: ``stream_options: {}`` (or one without ``include_usage``)
+        turns usage on at this backend, so the gateway sends ``include_usage: false`` explicitly.
+      tool_call_type_required: history tool calls need ``type: "function"``.
+      request_hooks: small named edits that are not expressible as data.
+    Response side:
+      splits_reasoning: the backend runs a reasoning parser (``<think>`` already split out);
+        when False the gateway's text repair must split it (issue 4).
+      reasoning_out: the field names the backend uses for reasoning in responses.
+      server_header: a substring of the ``Server`` header that identifies the backend (auto).
+    """
+
+    name: str
+    version: str = "any"
+    doc: str = ""
+    developer_to_system: bool = False
+    reasoning_in: ReasoningIn = "reasoning_content"
+    max_tokens_in: MaxTokensIn = "max_tokens"
+    rejects: frozenset[str] = frozenset()
+    usage_on_empty_stream_options: bool = False
+    tool_call_type_required: bool = False
+    request_hooks: tuple[tuple[str, RequestHook], ...] = ()
+    splits_reasoning: bool = True
+    reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
+    server_header: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __repr__(self) -> str:
+        return f"<Profile {self.name} {self.version}>"

@@ -1,0 +1,100 @@
+"""Auto-detection: which profile fits a backend, from what it answered at startup. Pure; no I/O.
+
+The shell (``server/``) fetches three things and hands them over as received:
+  * the ``Server`` response header (of any answer, e.g. ``/v1/models``);
+  * a version body: vLLM and TensorRT-LLM ``/version``, SGLang ``/get_server_info`` (or ``/version``),
+    Ollama ``/api/version`` — all ``{"version": "..."}`` —, llama.cpp ``/props`` (``build_info``);
+  * the ``/v1/models`` body.
+
+Rules, in order (data in each backend module's :class:`~oaishim.profiles._family.Family`):
+  1. the backend: the first family whose ``Server`` substring is in the header; else whose
+     ``owned_by`` appears on a model card; else whose own keys appear in the models list or a card.
+     A version body alone names no backend (vLLM, TensorRT-LLM and Ollama all answer
+     ``{"version": ...}``).
+  2. the version: the first of the family's version keys with a string value (or a bare string body),
+     parsed by :func:`~oaishim.profiles._version.version_key`; the profile whose range holds it.
+  3. a recognised backend without a readable version (or llama.cpp's ``b0-unknown``) gets the
+     family's ``unknown_version`` profile; an unrecognised one gets ``generic``.
+Malformed bodies are treated as absent, never raised on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from oaishim.profiles._base import Profile
+from oaishim.profiles._family import Family
+from oaishim.profiles._registry import FAMILIES
+from oaishim.profiles._version import VersionKey, is_unknown, version_key
+from oaishim.profiles.generic import GENERIC
+
+
+def detect(server_header: str | None, version_body: Any | None, models_body: Any | None) -> tuple[Profile, str]:
+    """The profile for a backend, and a one-line reason for the log."""
+    family, evidence = _identify(server_header, models_body)
+    if family is None:
+        version = _version_text(version_body, ("version",))
+        alone = f"; version {version!r} alone names no backend" if version else ""
+        return GENERIC, f"unrecognised backend ({evidence}){alone}: profile generic"
+    version = _version_text(version_body, family.version_keys)
+    key = version_key(version) if version else None
+    if key is None or is_unknown(key):
+        profile = family.unknown_version
+        why = _no_version(version, key)
+        return profile, f"{family.name} ({evidence}), {why}: profile {_key_of(family, profile)}"
+    profile = family.for_version(key)
+    return profile, f"{family.name} {version} ({evidence}): profile {_key_of(family, profile)}"
+
+
+def _identify(server_header: str | None, models_body: Any) -> tuple[Family | None, str]:
+    header = server_header.strip() if isinstance(server_header, str) else ""
+    for family in FAMILIES:
+        mark = family.server_header
+        if mark and mark.lower() in header.lower():
+            return family, f"Server header {header!r}"
+    cards = _cards(models_body)
+    owners = {card["owned_by"] for card in cards if isinstance(card.get("owned_by"), str)}
+    for family in FAMILIES:
+        if owned := sorted(family.owned_by & owners):
+            return family, f"/v1/models owned_by {owned[0]!r}"
+    top_keys = set(models_body) if isinstance(models_body, Mapping) else set()
+    card_keys = {key for card in cards for key in card}
+    for family in FAMILIES:
+        if listed := sorted(family.list_keys & top_keys):
+            return family, f"/v1/models has a top-level {listed[0]!r}"
+        if carded := sorted(family.card_keys & card_keys):
+            return family, f"/v1/models cards have {carded[0]!r}"
+    seen = f"Server header {header!r}" if header else "no Server header"
+    owners_text = f"owned_by {sorted(owners)!r}" if owners else "no owned_by"
+    return None, f"{seen}, {owners_text}"
+
+
+def _cards(models_body: Any) -> list[Mapping[str, Any]]:
+    data = models_body.get("data") if isinstance(models_body, Mapping) else None
+    if not isinstance(data, list):
+        return []
+    return [card for card in data if isinstance(card, Mapping)]
+
+
+def _version_text(body: Any, keys: tuple[str, ...]) -> str | None:
+    if isinstance(body, str):
+        return body.strip() or None
+    if isinstance(body, Mapping):
+        for key in keys:
+            value = body.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+    return None
+
+
+def _no_version(version: str | None, key: VersionKey | None) -> str:
+    if version is None:
+        return "version unknown"
+    if key is None:
+        return f"version {version!r} unreadable"
+    return f"version {version!r} names no release"
+
+
+def _key_of(family: Family, profile: Profile) -> str:
+    return next(f"{family.name}@{first}" for first, p in family.releases if p is profile)

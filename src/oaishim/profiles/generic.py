@@ -1,0 +1,39 @@
+"""The fallback for a backend that detection does not recognise: every field at its safe value.
+
+Each choice either costs nothing on a lenient server or prevents a 400 on a strict one
+(``shared/docs/backend-quirks.md`` §6, §8):
+  * ``developer_to_system``: most chat templates do not know ``developer`` and drop it (SGLang #40082,
+    seed 004 P0) or raise (vLLM #42407); merging it into the leading system message keeps it.
+  * ``reasoning_in = "drop"``: the two names in use each break some server — ``reasoning_content`` is a
+    400 on TensorRT-LLM 1.3.0rc6 (seed 004 P5), an extra message key is likely a 400 on ``extra="forbid"``
+    servers (vLLM < 0.6.5; inferred), and a server that reads neither ignores both. Dropping loses at most the
+    interleaved-thinking context of earlier turns, never the request.
+  * ``max_tokens_in = "max_tokens"``: the one name every self-hosted server reads (Ollama ignores
+    ``max_completion_tokens``, O-3).
+  * ``rejects``: the OpenAI platform-only fields and the legacy ``functions``/``function_call``
+    (``_fields``), which no self-hosted server acts on and strict ones reject (T-1, V-1).
+    ``reasoning_effort`` and ``parallel_tool_calls`` are kept: lenient servers use them.
+  * ``usage_on_empty_stream_options``: an explicit ``include_usage: false`` is harmless everywhere and
+    stops vLLM-derived servers from turning ``{}`` into usage (V-25, T-19).
+  * ``tool_call_type_required``: ``type: "function"`` is the official shape anyway (L-4).
+  * ``splits_reasoning = False``: the gateway's ``<think>`` splitter is harmless on text without tags.
+"""
+
+from __future__ import annotations
+
+from oaishim.profiles._base import Profile
+from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+
+GENERIC = Profile(
+    name="generic",
+    version="any",
+    doc="Unrecognised backend: the safe value of every field (see the module docstring for each choice).",
+    developer_to_system=True,
+    reasoning_in="drop",
+    max_tokens_in="max_tokens",
+    rejects=PLATFORM_ONLY | LEGACY_FUNCTIONS,
+    usage_on_empty_stream_options=True,
+    tool_call_type_required=True,
+    splits_reasoning=False,
+    reasoning_out=("reasoning_content", "reasoning"),
+)

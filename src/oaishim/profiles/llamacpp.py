@@ -1,0 +1,90 @@
+"""llama.cpp (``llama-server``): profiles by build number.
+
+Wire quirks (``shared/docs/backend-quirks.md`` §4 row; source file; issue), request side first:
+  * L-1 unknown fields: every body key is copied into the internal params ("allows llama.cpp-specific
+    params like mirostat", ``tools/server/server-common.cpp``@006639c3) → unknown OpenAI fields are
+    ignored, native keys (``n_predict``, ``grammar``, ``reasoning_format``…) work on ``/v1``.
+  * L-2/L-3 ``tool_choice``: only ``auto|none|required`` strings; a named-function object is read as
+    a string and silently becomes ``auto``; ``parallel_tool_calls`` defaults to false; tools need
+    ``--jinja`` in older builds. (Request transforms: emulate or reject named choice.)
+  * L-4 history tool calls must carry ``"type": "function"`` and string ``arguments``
+    (``common/chat.cpp`` ``common_chat_msgs_parse_oaicompat``) → ``tool_call_type_required``.
+  * L-5 roles: any role reaches the template; PR #20215 (reviewed 2026-03-07/08) maps ``developer`` →
+    ``system`` for non-gpt-oss templates.
+  * L-6 history reasoning: ``reasoning_content`` only; ``reasoning`` is ignored.
+  * L-7 a trailing assistant message is continued (prefill), not answered.
+  * L-8 ``max_tokens``, ``max_completion_tokens`` and ``n_predict`` are read (``server-task.cpp``@00efb3e1);
+    older builds are not described, so the old profile sends ``max_tokens`` only (unsure).
+  * L-9 sampling defaults temperature 0.8, top_p 0.95, min_p 0.05 (``common/common.h``), not 1.0.
+  * L-19 ``--reasoning-format`` defaults to ``auto``: ``<think>`` is split into ``reasoning_content``
+    (since PR #11607, early 2025); ``none`` keeps it in content. The recorded build (README of
+    ``tests/fixtures/recorded/llamacpp-server``) runs with ``auto``.
+  * L-20 usage only with ``stream_options.include_usage``; ``{}`` does not turn it on (§6).
+Response side (fixed by the generic normaliser): L-12 first delta ``content: null``; L-13 ``created``
+per result (old builds: id per chunk, #5876); L-16 ``timings``, ``system_fingerprint`` = build;
+L-17 no ``logprobs`` key unless asked; L-18 tool-call ids without ``call_``; L-21/L-22 logprobs with
+extra ``id``, 20 alternatives by default, chat-shaped on ``/v1/completions`` (#11346, #27174); L-25
+errors without ``param``, custom types; L-26 old builds send errors as a bare ``error:`` SSE field;
+L-27 ``model`` = alias (old: ``gpt-3.5-turbo``, #11069).
+
+Detection: ``Server: llama.cpp`` (recorded ``ls.*.headers``); ``/v1/models`` cards ``owned_by: "llamacpp"``
+with ``meta``, newer builds add a top-level ``models`` list and ``aliases``/``tags`` (L-28, recorded
+``ls.models.body``). No ``/version``: the build is ``/props`` ``build_info`` (``b9174-1a2b3c4``); pip-built
+servers report ``b0-unknown`` (recorded ``system_fingerprint``) and get the old profile, which is
+safe on every build (it only merges ``developer``, keeps the gateway's ``<think>`` splitter and renames
+``max_completion_tokens``).
+
+Version boundary: b9174 (2026-05-16, docker/model-runner PR #918) is a published build ten weeks
+after PR #20215; builds in between get the old, safe profile.
+"""
+
+from __future__ import annotations
+
+from oaishim.profiles._base import Profile
+from oaishim.profiles._family import Family
+
+BEFORE_B9174 = Profile(
+    name="llamacpp",
+    version="<b9174",
+    doc=(
+        "llama.cpp before the developer mapping (PR #20215) was surely in: developer merged into system; history "
+        "tool calls need type 'function'; max_tokens only (unsure when max_completion_tokens arrived); "
+        "<think> splitting not assumed (before PR #11607, or started with --reasoning-format none)."
+    ),
+    developer_to_system=True,
+    reasoning_in="reasoning_content",
+    max_tokens_in="max_tokens",
+    usage_on_empty_stream_options=False,
+    tool_call_type_required=True,
+    splits_reasoning=False,
+    reasoning_out=("reasoning_content",),
+    server_header="llama.cpp",
+)
+
+FROM_B9174 = Profile(
+    name="llamacpp",
+    version=">=b9174",
+    doc=(
+        "llama.cpp 2026 builds: developer mapped to system by llama.cpp (PR #20215); reads max_tokens and "
+        "max_completion_tokens; default --reasoning-format auto splits <think> into reasoning_content. "
+        "History tool calls still need type 'function'."
+    ),
+    developer_to_system=False,
+    reasoning_in="reasoning_content",
+    max_tokens_in="both",
+    usage_on_empty_stream_options=False,
+    tool_call_type_required=True,
+    splits_reasoning=True,
+    reasoning_out=("reasoning_content",),
+    server_header="llama.cpp",
+)
+
+FAMILY = Family(
+    name="llamacpp",
+    releases=(("0", BEFORE_B9174), ("b9174", FROM_B9174)),
+    unknown_version=BEFORE_B9174,
+    owned_by=frozenset({"llamacpp"}),
+    list_keys=frozenset({"models"}),
+    card_keys=frozenset({"meta"}),
+    version_keys=("build_info", "version"),
+)

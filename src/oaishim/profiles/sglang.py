@@ -1,0 +1,57 @@
+"""SGLang (``python -m sglang.launch_server``): one profile.
+
+Wire quirks (``shared/docs/backend-quirks.md`` §2 row; source file; issue), request side first:
+  * S-1 unknown fields: plain pydantic ``BaseModel`` (``extra="ignore"``) → silently dropped
+    (``python/sglang/srt/entrypoints/openai/protocol.py``@004c82e0). Nothing needs dropping for it.
+  * S-2 roles: ``developer`` is accepted and handed to the chat template unchanged; templates that do
+    not know it drop it silently (sgl-project/sglang #40082, 2026) → merge it into ``system``.
+  * S-3 history reasoning: ``reasoning_content`` is a message field (interleaved thinking,
+    ``wrap_reasoning_history`` in ``serving_chat.py``@002897c2); ``reasoning`` is dropped.
+  * S-4 history tool calls: ``function.arguments`` must be a JSON object string, else 400 "Assistant
+    tool call function.arguments must be valid JSON." (no profile field; a request check/hook).
+  * S-5 tool schemas validated as JSON Schema 2020-12 (400 on invalid); S-6 a trailing assistant
+    message becomes a user turn for DeepSeek-V3.2/V4 encoders.
+  * S-7 ``max_new_tokens = max_completion_tokens or max_tokens`` (2025/2026 source); older releases
+    are not described, so the profile sends ``max_tokens`` only (unsure; same meaning in SGLang).
+  * S-8 sampling defaults from ``generation_config``; S-20 ``include_usage`` defaults to False
+    (``--stream-response-default-include-usage`` turns it on for everyone; not detectable).
+Response side (fixed by the generic normaliser): S-9 first chunk without ``refusal``; S-10 chunk ``id``
+differs per choice for n>1 and ``created`` changes across seconds (#39864, PR #39887); S-11 ``model``
+echoes the request (``"default"``, #4293); S-12 separate finish chunk; S-13 ``finish_reason:"abort"``;
+S-14 ``matched_stop``, ``metadata``, ``sglext``; S-15 ``tool_calls: null``; S-16 ``content: ""`` with
+tool calls; S-17 non-standard ``index``; S-18 tool-call chunks full of nulls; S-19 reasoning as
+``reasoning_content`` only with ``--reasoning-parser``; S-21 ``usage.reasoning_tokens``; S-23
+``text_offset`` −1; S-29 flat error body.
+
+Detection: ``/v1/models`` cards ``owned_by: "sglang"`` with ``root``, ``parent``, ``max_model_len``
+(S-31); the version is in ``/get_server_info`` (``"version"`` key, ``http_server.py``) — some
+releases also answer ``/version``. ``Server: uvicorn`` (not distinctive).
+"""
+
+from __future__ import annotations
+
+from oaishim.profiles._base import Profile
+from oaishim.profiles._family import Family
+
+SGLANG = Profile(
+    name="sglang",
+    version="any",
+    doc=(
+        "SGLang 2025/2026 (protocol.py@004c82e0): unknown fields ignored; developer silently dropped by templates "
+        "(#40082); history reasoning read as 'reasoning_content'; include_usage defaults to False; <think> "
+        "split only with --reasoning-parser."
+    ),
+    developer_to_system=True,
+    reasoning_in="reasoning_content",
+    max_tokens_in="max_tokens",
+    usage_on_empty_stream_options=False,
+    splits_reasoning=False,
+    reasoning_out=("reasoning_content",),
+)
+
+FAMILY = Family(
+    name="sglang",
+    releases=(("0", SGLANG),),
+    unknown_version=SGLANG,
+    owned_by=frozenset({"sglang"}),
+)

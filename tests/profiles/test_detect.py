@@ -1,0 +1,220 @@
+"""Auto-detection from the Server header, a version body and the /v1/models body."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oaishim.profiles import PROFILES, detect
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+VLLM = RECORDED / "vllm-0.32-cpu"
+LLAMACPP = RECORDED / "llamacpp-server"
+
+
+def _server(headers: Path) -> str | None:
+    for line in headers.read_text(encoding="latin-1").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "server":
+            return value.strip()
+    return None
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _card(owned_by: str, **extra: Any) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": "m", "object": "model", "created": 1, "owned_by": owned_by, **extra}]}
+
+
+# Hand-written /v1/models bodies, from shared/docs/backend-quirks.md (not recorded).
+SGLANG_MODELS = _card("sglang", root="Qwen/Qwen3-8B", parent=None, max_model_len=40960)  # S-31
+TRTLLM_MODELS = _card("tensorrt_llm")  # T-26
+OLLAMA_MODELS = {  # O-22: owned_by is the namespace, "library" for official models
+    "object": "list",
+    "data": [
+        {"id": "qwen3:8b", "object": "model", "created": 1767000000, "owned_by": "library"},
+        {"id": "jmorgan/custom:latest", "object": "model", "created": 1767000001, "owned_by": "jmorgan"},
+    ],
+}
+OPENAI_MODELS = {
+    "object": "list",
+    "data": [
+        {"id": "gpt-4o", "object": "model", "created": 1715367049, "owned_by": "system"},
+        {"id": "o3", "object": "model", "created": 1744225308, "owned_by": "system"},
+    ],
+}
+
+
+# --- the real recordings ----------------------------------------------------------------------
+
+
+def test_recorded_vllm_032() -> None:
+    server = _server(VLLM / "s1_models.headers")
+    assert server == "uvicorn"
+    profile, reason = detect(server, _json(VLLM / "s1_version.body"), _json(VLLM / "s1_models.body"))
+    assert profile is PROFILES["vllm@0.32"]
+    assert "vllm 0.32.0" in reason
+    assert "owned_by 'vllm'" in reason
+    assert "vllm@0.32" in reason
+
+
+def test_recorded_vllm_without_its_version_gets_the_safe_profile() -> None:
+    profile, reason = detect("uvicorn", None, _json(VLLM / "s1_models.body"))
+    assert profile is PROFILES["vllm@0.6.5"]
+    assert "version unknown" in reason
+
+
+def test_recorded_llama_cpp_by_header_without_a_build_number() -> None:
+    server = _server(LLAMACPP / "ls.models.headers")
+    assert server == "llama.cpp"
+    fingerprint = _json(LLAMACPP / "ls.chat_nonstream.body")["system_fingerprint"]
+    assert fingerprint == "b0-unknown"
+    models = _json(LLAMACPP / "ls.models.body")
+    profile, reason = detect(server, {"build_info": fingerprint}, models)
+    assert profile is PROFILES["llamacpp@0"]
+    assert "Server header 'llama.cpp'" in reason
+    assert "version 'b0-unknown' names no release" in reason
+
+
+def test_an_all_zero_version_is_unknown_not_the_oldest_release() -> None:
+    profile, reason = detect("uvicorn", {"version": "0.0.0"}, _json(VLLM / "s1_models.body"))
+    assert profile is PROFILES["vllm@0.6.5"]
+    assert "names no release" in reason
+
+
+def test_recorded_llama_cpp_models_alone_are_enough() -> None:
+    models = _json(LLAMACPP / "ls.models.body")
+    profile, reason = detect(None, None, models)
+    assert profile is PROFILES["llamacpp@0"]
+    assert "owned_by 'llamacpp'" in reason
+
+
+def test_recorded_llama_cpp_shape_without_owned_by() -> None:
+    models = _json(LLAMACPP / "ls.models.body")
+    for card in models["data"]:
+        card["owned_by"] = "someone"
+    profile, reason = detect(None, None, models)
+    assert profile.name == "llamacpp"
+    assert "'models'" in reason
+
+
+@pytest.mark.parametrize(
+    ("build", "key"), [("b9174-1a2b3c4", "llamacpp@b9174"), ("b11434", "llamacpp@b9174"), ("b8651", "llamacpp@0")]
+)
+def test_llama_cpp_build_number_picks_the_profile(build: str, key: str) -> None:
+    profile, _ = detect("llama.cpp", {"build_info": build}, _json(LLAMACPP / "ls.models.body"))
+    assert profile is PROFILES[key]
+
+
+# --- vLLM versions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "key"),
+    [
+        ("0.5.4", "vllm@0"),
+        ("0.6.4.post1", "vllm@0"),
+        ("0.6.5", "vllm@0.6.5"),
+        ("0.10.1+cpu", "vllm@0.6.5"),
+        ("0.22.1", "vllm@0.6.5"),
+        ("0.32.0", "vllm@0.32"),
+        ("0.40.0", "vllm@0.32"),
+    ],
+)
+def test_vllm_version_picks_the_profile(version: str, key: str) -> None:
+    profile, reason = detect("uvicorn", {"version": version}, _json(VLLM / "s1_models.body"))
+    assert profile is PROFILES[key]
+    assert version in reason
+
+
+# --- hand-written model lists -----------------------------------------------------------------
+
+
+def test_sglang() -> None:
+    profile, reason = detect("uvicorn", {"version": "0.5.2", "model_path": "Qwen/Qwen3-8B"}, SGLANG_MODELS)
+    assert profile is PROFILES["sglang"]
+    assert "owned_by 'sglang'" in reason
+
+
+@pytest.mark.parametrize(
+    ("version", "key"), [("1.3.0rc6", "trtllm@0"), ("1.2.0", "trtllm@0"), ("1.4.0", "trtllm@1.4"), (None, "trtllm@0")]
+)
+def test_trtllm(version: str | None, key: str) -> None:
+    body = {"version": version} if version else None
+    profile, _ = detect("uvicorn", body, TRTLLM_MODELS)
+    assert profile is PROFILES[key]
+
+
+def test_ollama() -> None:
+    profile, reason = detect(None, {"version": "0.12.6"}, OLLAMA_MODELS)
+    assert profile is PROFILES["ollama"]
+    assert "owned_by 'library'" in reason
+
+
+def test_openai() -> None:
+    profile, reason = detect("cloudflare", None, OPENAI_MODELS)
+    assert profile is PROFILES["openai"]
+    assert "owned_by 'system'" in reason
+
+
+def test_header_wins_over_model_cards() -> None:
+    profile, _ = detect("llama.cpp", None, _card("vllm"))
+    assert profile.name == "llamacpp"
+
+
+# --- the fallback -----------------------------------------------------------------------------
+
+
+def test_nothing_known_is_generic() -> None:
+    profile, reason = detect(None, None, None)
+    assert profile is PROFILES["generic"]
+    assert "unrecognised" in reason
+
+
+def test_unknown_owner_with_a_version_is_still_generic() -> None:
+    profile, reason = detect("nginx", {"version": "1.2.3"}, _card("organization_owner"))
+    assert profile is PROFILES["generic"]
+    assert "unrecognised" in reason
+    assert "'nginx'" in reason
+    assert "1.2.3" in reason
+
+
+@pytest.mark.parametrize(
+    ("header", "version", "models"),
+    [
+        ("", "", ""),
+        (None, 42, [1, 2]),
+        (None, ["0.32.0"], {"data": "nope"}),
+        (None, {"version": 32}, {"data": [None, 3, "x"]}),
+        (None, None, {"object": "list"}),
+    ],
+)
+def test_malformed_bodies_fall_back_without_raising(header: str | None, version: Any, models: Any) -> None:
+    profile, reason = detect(header, version, models)
+    assert profile is PROFILES["generic"]
+    assert reason
+
+
+def test_a_bare_version_string_is_read() -> None:
+    profile, _ = detect(None, "0.10.0", _json(VLLM / "s1_models.body"))
+    assert profile is PROFILES["vllm@0.6.5"]
+
+
+def test_an_unparsable_version_uses_the_family_fallback() -> None:
+    profile, reason = detect(None, {"version": "dev"}, _json(VLLM / "s1_models.body"))
+    assert profile is PROFILES["vllm@0.6.5"]
+    assert "'dev' unreadable" in reason
+
+
+def test_detect_does_not_touch_its_inputs() -> None:
+    models = _json(LLAMACPP / "ls.models.body")
+    version = {"build_info": "b9999-abc"}
+    before = copy.deepcopy((models, version))
+    detect("llama.cpp", version, models)
+    assert (models, version) == before
