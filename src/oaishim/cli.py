@@ -79,11 +79,60 @@ def _run_check(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the normalising gateway in front of an OpenAI-compatible server",
+        description="Run the gateway: every client sees the exact official OpenAI wire format. "
+        "Settings also come from OAISHIM_* environment variables and --config.",
+    )
+    p.add_argument("--upstream", help="backend base URL (comma-separated replicas), e.g. http://127.0.0.1:8080")
+    p.add_argument("--profile", help="auto|vllm|sglang|trtllm|llamacpp|ollama|openai (default auto)")
+    p.add_argument("--served-model-name", help="the model name clients use (default: the backend's names)")
+    p.add_argument("--api-key", action="append", default=[], help="a key clients must present (repeatable)")
+    p.add_argument("--upstream-api-key", help="the key sent to the backend (the client's is never forwarded)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8000)")
+    p.add_argument("--config", type=Path, help="a TOML or YAML file with settings and models")
+    p.add_argument("--keep-extensions", action="store_true", default=None, help="keep the backend's extra fields")
+    p.add_argument("--reasoning-field", help="reasoning_content|reasoning|both|drop (default reasoning_content)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(run=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from oaishim.server.config import ConfigError, build_settings
+
+    try:
+        settings = build_settings(
+            upstream=args.upstream,
+            profile=args.profile,
+            served_model_name=args.served_model_name,
+            api_keys=args.api_key,
+            upstream_api_key=args.upstream_api_key,
+            host=args.host,
+            port=args.port,
+            config=args.config,
+            keep_extensions=args.keep_extensions,
+            reasoning_field=args.reasoning_field,
+        )
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if not settings.models:
+        return _fail("no upstream: give --upstream URL (or models in --config); the embedded engine is not built yet")
+    from oaishim.server.main import serve
+
+    print(f"oaishim gateway on http://{settings.host}:{settings.port}/v1", flush=True)
+    serve(settings, log_level=args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oaishim", description="Make self-hosted LLM servers speak exact OpenAI.")
     parser.add_argument("--version", action="version", version=f"oaishim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_check(sub)
+    _add_serve(sub)
     return parser
 
 

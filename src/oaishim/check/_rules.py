@@ -41,7 +41,7 @@ RULES: Final[dict[str, tuple[Severity, str]]] = {
     "stream.usage": ("error", "usage chunk missing, unrequested, not last, or with choices"),
     "stream.done": ("error", "the stream does not end with data: [DONE] (or has events after it)"),
     "stream.tool-call-delta": ("error", "a tool-call delta in the wrong shape for its position"),
-    "stream.error-event": ("error", "an error delivered inside the stream"),
+    "stream.error-event": ("warning", "an error delivered inside the stream (the official way to fail a stream)"),
     "tool-call.id": ("error", "a tool-call id is empty or repeated within the response"),
     "id.prefix": ("warning", "an id without the official prefix (chatcmpl-, cmpl-, call_)"),
     "tool-call.index": ("error", "tool-call indices are not 0-based and contiguous"),

@@ -20,6 +20,7 @@ from typing import Any
 from oaishim.check._findings import Sink, jpath
 
 _FIRST_DELTA_KEYS = frozenset({"role", "content", "refusal", "tool_calls"})
+_REASONING_KEYS = frozenset({"reasoning_content", "reasoning"})
 
 
 def check_id_prefix(obj: Mapping[str, Any], chat: bool, sink: Sink, chunk: int | None = None) -> None:
@@ -151,9 +152,14 @@ class StreamRules:
     def _delta(self, n: int, base: str, state: ChoiceState, delta: Mapping[str, Any]) -> None:
         path = base + ".delta"
         if state.pending_null_first is not None:
-            if not delta.get("tool_calls"):
-                self._bad_first(*state.pending_null_first, "content: null without a tool call or refusal")
-            state.pending_null_first = None
+            if delta.keys() <= _REASONING_KEYS:
+                # Reasoning is an extension the official API does not stream: a role chunk sent
+                # before it cannot know whether text or a tool call follows, so null is accepted.
+                state.pending_null_first = None
+            else:
+                if not delta.get("tool_calls"):
+                    self._bad_first(*state.pending_null_first, "content: null without a tool call or refusal")
+                state.pending_null_first = None
         if state.deltas == 0:
             self._first_delta(n, path, state, delta)
         elif "role" in delta:

@@ -1,0 +1,241 @@
+"""The gateway as an ASGI application: routing, keys, body limits, and the OpenAI endpoints.
+
+Phases, as in mitmproxy's hooks: read and validate the request (nothing reaches the backend until
+it passes what the official API would check), open the upstream request (replicas tried in turn
+while connecting fails), then relay the answer, plain or streamed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from oaishim.profiles import get_profile
+from oaishim.profiles._base import Profile
+from oaishim.profiles.detect import detect
+from oaishim.server import relay
+from oaishim.server.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_error,
+    send_json,
+)
+from oaishim.server.auth import KeyRing
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.upstream import Upstreams, chunks
+from oaishim.transform import response as normalize
+from oaishim.transform.context import ResponseContext, ToolChoiceMode
+from oaishim.transform.request import Endpoint, PreparedRequest, prepare
+from oaishim.wire.errors import OpenAIError, bad_request, not_found, too_large, unauthorized
+
+log = logging.getLogger("oaishim.gateway")
+ENDPOINTS: dict[str, Endpoint] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+NORMALIZERS = {
+    "chat": normalize.normalize_chat,
+    "completions": normalize.normalize_completion,
+    "embeddings": normalize.normalize_embeddings,
+}
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"upgrade",
+    b"proxy-authenticate",
+    b"te",
+    b"trailer",
+    b"content-length",
+}
+
+
+def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
+    choice = prepared.tool_choice
+    if not prepared.tools_offered or choice == "none":
+        return "none"
+    if choice is None or choice == "auto":
+        return "auto"
+    return "required" if choice == "required" else "named"
+
+
+class Gateway:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = KeyRing(settings.api_keys)
+        self.upstreams = Upstreams(settings)
+        self.profiles: dict[str, Profile] = {}
+        self.started = int(time.time())
+
+    # -- lifespan ----------------------------------------------------------------------------
+    async def startup(self) -> None:
+        await self.upstreams.start()
+
+    async def shutdown(self) -> None:
+        await self.upstreams.close()
+
+    async def profile_for(self, route: ModelRoute) -> Profile:
+        cached = self.profiles.get(route.name)
+        if cached is not None:
+            return cached
+        if route.profile != "auto":
+            profile = get_profile(route.profile)
+        else:
+            profile, reason = await self._detect(route)
+            log.info("model %s: profile %s (%s)", route.name, profile.name, reason)
+        self.profiles[route.name] = profile
+        return profile
+
+    async def _detect(self, route: ModelRoute) -> tuple[Profile, str]:
+        found: dict[str, Any] = {}
+        server: str | None = None
+        for key, path in (("version", "/version"), ("models", "/v1/models")):
+            try:
+                response = await self.upstreams.open(route, "GET", path, None, None)
+                server = server or response.headers.get("server")
+                raw = await response.read()
+                response.release()
+                found[key] = orjson.loads(raw) if response.status == 200 else None
+            except (OpenAIError, orjson.JSONDecodeError, aiohttp.ClientError):
+                found[key] = None
+        return detect(server, found.get("version"), found.get("models"))
+
+    # -- ASGI --------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            await self._http(scope, receive, send)
+        except OpenAIError as error:
+            await send_error(send, error)
+        except ClientGone:
+            return
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method, path = scope["method"], scope["path"]
+        if path == "/health" and method == "GET":
+            await send_json(send, 200, {"status": "ok"})
+            return
+        if not self.keys.allows(header(scope, b"authorization"), header(scope, b"api-key")):
+            raise unauthorized()
+        if method == "POST" and path in ENDPOINTS:
+            await self._openai(ENDPOINTS[path], path, scope, receive, send)
+        elif method == "GET" and path == "/v1/models":
+            await self._models(send)
+        else:
+            await self._passthrough(scope, receive, send)
+
+    async def _body(self, receive: Receive) -> bytes:
+        try:
+            return await read_body(receive, self.settings.max_body_bytes)
+        except BodyTooLarge:
+            raise too_large(self.settings.max_body_bytes) from None
+
+    async def _openai(self, endpoint: Endpoint, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await self._body(receive)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise bad_request(
+                "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+                "HTTP library correctly. The OpenAI API expects a JSON payload.)"
+            ) from None
+        model = body.get("model") if isinstance(body, dict) else None
+        route = self.settings.route(model) if isinstance(model, str) else None
+        if route is None:
+            if isinstance(model, str):
+                raise not_found(
+                    f"The model `{model}` does not exist or you do not have access to it.", code="model_not_found"
+                )
+            raise bad_request("you must provide a model parameter", param="model")
+        prepared = prepare(endpoint, body, await self.profile_for(route), upstream_model=route.upstream_model)
+        ctx = ResponseContext(
+            model=prepared.client_model,
+            chat=endpoint == "chat",
+            include_usage=prepared.include_usage,
+            logprobs=bool(prepared.logprobs) if endpoint == "chat" else prepared.logprobs is not None,
+            top_logprobs=(prepared.top_logprobs or 0) if endpoint == "chat" else int(prepared.logprobs or 0),
+            tool_mode=_tool_mode(prepared),
+            reasoning_field=self.settings.reasoning_field,
+            keep_extensions=self.settings.keep_extensions,
+        )
+        extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
+        response = await self.upstreams.open(route, "POST", path, orjson.dumps(prepared.body))
+        try:
+            if prepared.stream:
+                await relay.relay_stream(response, ctx, receive, send, extra)
+            else:
+                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra)
+        finally:
+            response.release()
+
+    async def _models(self, send: Send) -> None:
+        names = [r.name for r in self.settings.models if r.name != "*"]
+        wildcard = next((r for r in self.settings.models if r.name == "*"), None)
+        if wildcard is not None:
+            response = await self.upstreams.open(wildcard, "GET", "/v1/models", None, None)
+            try:
+                listing = orjson.loads(await response.read()) if response.status == 200 else {}
+            except orjson.JSONDecodeError:
+                listing = {}
+            finally:
+                response.release()
+            data = listing.get("data") if isinstance(listing, dict) else None
+            names += [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        cards = [
+            {"id": n, "object": "model", "created": self.started, "owned_by": "oaishim"} for n in dict.fromkeys(names)
+        ]
+        await send_json(send, 200, {"object": "list", "data": cards})
+
+    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Any other path (/tokenize, /version, …) goes to the first model's backend as it is."""
+        if not self.settings.models:
+            raise OpenAIError(404, f"Invalid URL ({scope['method']} {scope['path']})", "invalid_request_error")
+        body = await self._body(receive)
+        query = scope.get("query_string", b"")
+        target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        content_type = header(scope, b"content-type")
+        response = await self.upstreams.open(
+            self.settings.models[0],
+            scope["method"],
+            target,
+            body or None,
+            content_type.decode("latin-1") if content_type else None,
+        )
+        try:
+            headers = [
+                (k.lower().encode(), v.encode())
+                for k, v in response.headers.items()
+                if k.lower().encode() not in HOP_BY_HOP
+            ]
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            async for piece in chunks(response):
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            response.release()

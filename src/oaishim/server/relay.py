@@ -1,0 +1,132 @@
+"""Relaying one upstream response to the client: a plain body normalised, or a stream rewritten
+event by event as it arrives.
+
+Streams are never buffered: each upstream read is decoded, rewritten and written at once. A task
+watches the client side; when the client goes away the upstream response is closed at once (that
+is what frees the GPU), instead of being read to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
+from oaishim.server.upstream import chunks
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.stream import StreamNormalizer
+from oaishim.wire.errors import OpenAIError, normalize_upstream_error
+from oaishim.wire.sse import SSEDecoder
+
+log = logging.getLogger("oaishim.relay")
+Normalize = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
+SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+async def relay_plain(
+    response: aiohttp.ClientResponse, ctx: ResponseContext, normalize: Normalize, send: Send, extra: Headers
+) -> None:
+    raw = await response.read()
+    if response.status >= 400:
+        await send_error(send, normalize_upstream_error(response.status, raw), extra)
+        return
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        await send_error(
+            send, OpenAIError(502, "the upstream answered with a body that is not JSON", "server_error"), extra
+        )
+        return
+    if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
+        await send_error(send, normalize_upstream_error(response.status, body), extra)
+        return
+    await send_json(send, 200, normalize(body, ctx), extra)
+
+
+def _plain_as_chunk(body: Mapping[str, Any]) -> str:
+    """A plain chat or completion body as one stream chunk (for a backend that ignored stream: true)."""
+    choices = []
+    for choice in body.get("choices") or []:
+        if isinstance(choice, Mapping):
+            delta = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+            choices.append({**choice, "delta": delta})
+    return orjson.dumps({**body, "choices": choices, "usage": body.get("usage")}).decode()
+
+
+def _field_errors(decoder: SSEDecoder, normalizer: StreamNormalizer) -> list[bytes]:
+    """Old llama.cpp sends a failure as an ``error:`` line, which clients ignore: make it an error event."""
+    out: list[bytes] = []
+    for name, value in decoder.unknown_fields:
+        if name == "error":
+            out += normalizer.fail(normalize_upstream_error(500, value))
+    decoder.unknown_fields.clear()
+    return out
+
+
+async def _watch_client(receive: Receive, response: aiohttp.ClientResponse, gone: asyncio.Event) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            response.close()  # drops the upstream connection now: the backend stops generating
+            return
+
+
+async def relay_stream(
+    response: aiohttp.ClientResponse, ctx: ResponseContext, receive: Receive, send: Send, extra: Headers
+) -> None:
+    if response.status >= 400:
+        await send_error(send, normalize_upstream_error(response.status, await response.read()), extra)
+        return
+    normalizer = StreamNormalizer(ctx)
+    is_sse = (response.content_type or "").startswith("text/event-stream")
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(_watch_client(receive, response, gone))
+    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
+    tail: list[bytes] = []
+    try:
+        if not is_sse:
+            raw = await response.read()
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                body = None
+            tail = normalizer.feed(_plain_as_chunk(body)) if isinstance(body, Mapping) else []
+            tail += normalizer.feed("[DONE]") + normalizer.flush()
+        else:
+            decoder = SSEDecoder()
+            async for piece in chunks(response):
+                out: list[bytes] = []
+                for event in decoder.feed(piece):
+                    out += normalizer.feed(event.data)
+                if decoder.unknown_fields:
+                    out += _field_errors(decoder, normalizer)
+                if out:
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                if normalizer.ended:
+                    break  # a stop string or an error ended it: no need for the rest
+            for event in decoder.flush():
+                tail += normalizer.feed(event.data)
+            tail += normalizer.flush()
+    except OpenAIError as error:
+        tail = normalizer.fail(error)
+    except (aiohttp.ClientError, ConnectionError) as exc:
+        if gone.is_set():
+            log.info("client went away; upstream closed")
+            return
+        tail = normalizer.fail(
+            OpenAIError(502, f"the upstream connection broke: {exc}", "server_error", code="upstream_disconnected")
+        )
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        response.close()
+    if not gone.is_set():
+        await send({"type": "http.response.body", "body": b"".join(tail), "more_body": False})

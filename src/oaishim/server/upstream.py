@@ -1,0 +1,120 @@
+"""Talking to backends: one connection pool, replicas in round robin, timeouts that end in errors.
+
+A replica that refuses the connection is skipped and the next one tried — only before any byte
+went to the client, which holds by construction: nothing is sent before ``open()`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.wire.errors import OpenAIError
+
+log = logging.getLogger("oaishim.upstream")
+
+
+@dataclass(slots=True)
+class Replicas:
+    route: ModelRoute
+    _turn: itertools.cycle[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._turn = itertools.cycle(range(len(self.route.upstreams)))
+
+    def order(self) -> list[str]:
+        """All replicas, starting with the next one in turn."""
+        start = next(self._turn)
+        ups = self.route.upstreams
+        return [*ups[start:], *ups[:start]]
+
+
+class Upstreams:
+    """The gateway's client side. Create inside the event loop (``start``), close on shutdown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.session: aiohttp.ClientSession | None = None
+        self.replicas = {route.name: Replicas(route) for route in settings.models}
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.idle_timeout
+        )
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    def _headers(self, route: ModelRoute, content_type: str | None) -> dict[str, str]:
+        # identity: the gateway rewrites bodies, so it reads them uncompressed (passthrough keeps
+        # whatever encoding the backend chose, with its header)
+        headers = {"accept": "application/json, text/event-stream", "accept-encoding": "identity"}
+        if content_type:
+            headers["content-type"] = content_type
+        if route.upstream_api_key:
+            headers["authorization"] = f"Bearer {route.upstream_api_key}"
+        return headers
+
+    async def open(
+        self,
+        route: ModelRoute,
+        method: str,
+        path: str,
+        body: bytes | None,
+        content_type: str | None = "application/json",
+    ) -> aiohttp.ClientResponse:
+        """Send one request, trying the replicas in turn while connecting fails; return once the
+        response headers are in (the first-byte timeout covers that wait)."""
+        assert self.session is not None, "Upstreams.start() was not awaited"
+        last: Exception | None = None
+        for base in self.replicas[route.name].order():
+            try:
+                async with asyncio.timeout(self.settings.first_byte_timeout):
+                    return await self.session.request(
+                        method,
+                        base + path,
+                        data=body,
+                        headers=self._headers(route, content_type),
+                        allow_redirects=False,
+                    )
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
+                last = exc
+            except TimeoutError as exc:
+                raise OpenAIError(
+                    504,
+                    f"the upstream did not answer within {self.settings.first_byte_timeout:g} s",
+                    "server_error",
+                    code="upstream_timeout",
+                ) from exc
+        raise OpenAIError(
+            502,
+            f"no upstream replica could be reached ({type(last).__name__})",
+            "server_error",
+            code="upstream_unreachable",
+        )
+
+
+async def chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The body as it arrives; an idle upstream (no byte within the idle timeout) raises OpenAIError."""
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    except TimeoutError as exc:
+        raise OpenAIError(
+            504, "the upstream went idle in the middle of the response", "server_error", code="upstream_timeout"
+        ) from exc
+    except aiohttp.ClientPayloadError as exc:
+        raise OpenAIError(
+            502, f"the upstream connection broke: {exc}", "server_error", code="upstream_disconnected"
+        ) from exc

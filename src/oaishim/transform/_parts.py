@@ -1,0 +1,192 @@
+"""Pieces shared by the plain-body and the stream normalisers: one place for each rule.
+
+* finish reasons: the official set only; ``tool_calls`` exactly when calls were made under
+  ``auto`` (OpenAI answers ``stop`` for a named tool choice, backend-quirks.md §0.1);
+* tool-call ids: ``call_…``; a backend id that already has the prefix is kept, others are mapped
+  to a stable ``call_`` id (so the same upstream id always gives the same client id);
+* logprobs: the endpoint's own shape, ``-inf`` clamped to -9999.0 as the spec says, extra keys
+  (llama.cpp's ``id``) dropped, alternatives trimmed to what was asked;
+* usage: the three counts and the official detail keys; a top-level ``reasoning_tokens`` moved
+  into ``completion_tokens_details``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from oaishim.transform.context import ResponseContext, random_id
+
+OFFICIAL_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+_PROMPT_DETAILS = ("cached_tokens", "audio_tokens")
+_COMPLETION_DETAILS = ("reasoning_tokens", "audio_tokens", "accepted_prediction_tokens", "rejected_prediction_tokens")
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (backends send null, [] or junk)."""
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
+def count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def finish_reason(upstream: Any, made_calls: bool, ctx: ResponseContext) -> str:
+    """The official finish reason for what the backend said and what was produced."""
+    if upstream == "length":
+        return "length"
+    if upstream == "content_filter":
+        return "content_filter"
+    if made_calls:
+        return "tool_calls" if ctx.tool_mode in ("auto", "required") else "stop"
+    return "stop"
+
+
+def call_id(upstream: Any) -> str:
+    if isinstance(upstream, str) and upstream.startswith("call_") and len(upstream) > 5:
+        return upstream
+    if isinstance(upstream, str) and upstream:
+        return "call_" + hashlib.blake2b(upstream.encode(), digest_size=12).hexdigest()
+    return random_id("call_", 24)
+
+
+def arguments_text(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return orjson.dumps(arguments).decode()
+
+
+def _logprob(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return -9999.0
+    return max(float(value), -9999.0)
+
+
+def _token_bytes(entry: Mapping[str, Any]) -> list[int] | None:
+    raw = entry.get("bytes")
+    if isinstance(raw, list):
+        return raw
+    token = entry.get("token")
+    return list(token.encode()) if isinstance(token, str) else None
+
+
+def _alternative(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "token": str(entry.get("token", "")),
+        "logprob": _logprob(entry.get("logprob")),
+        "bytes": _token_bytes(entry),
+    }
+
+
+def chat_logprob_entries(logprobs: Any, ctx: ResponseContext) -> list[dict[str, Any]]:
+    """Upstream logprobs (chat or legacy shape) as official chat entries, trimmed to top_logprobs."""
+    if not isinstance(logprobs, Mapping):
+        return []
+    out: list[dict[str, Any]] = []
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        for entry in content:
+            if not isinstance(entry, Mapping):
+                continue
+            alts = [_alternative(a) for a in entry.get("top_logprobs") or [] if isinstance(a, Mapping)]
+            out.append({**_alternative(entry), "top_logprobs": alts[: ctx.top_logprobs]})
+        return out
+    tokens = logprobs.get("tokens") or []
+    values = logprobs.get("token_logprobs") or []
+    tops = logprobs.get("top_logprobs") or []
+    for i, token in enumerate(tokens):
+        top = tops[i] if i < len(tops) and isinstance(tops[i], Mapping) else {}
+        alts = [_alternative({"token": t, "logprob": lp}) for t, lp in top.items()]
+        value = values[i] if i < len(values) else None
+        out.append({**_alternative({"token": token, "logprob": value}), "top_logprobs": alts[: ctx.top_logprobs]})
+    return out
+
+
+def legacy_logprobs(logprobs: Any, want: int, offset: int = 0) -> dict[str, Any] | None:
+    """Upstream logprobs (legacy or chat shape) in the legacy completions shape."""
+    if not isinstance(logprobs, Mapping):
+        return None
+    if "content" not in logprobs:
+        tokens = list(logprobs.get("tokens") or [])
+        tops = [
+            dict(list(t.items())[: want + 1]) if isinstance(t, Mapping) else t
+            for t in logprobs.get("top_logprobs") or []
+        ]
+        return {
+            "tokens": tokens,
+            "token_logprobs": [v if v is None else _logprob(v) for v in logprobs.get("token_logprobs") or []],
+            "top_logprobs": tops,
+            "text_offset": list(logprobs.get("text_offset") or [offset + i for i in range(len(tokens))]),
+        }
+    entries = [e for e in logprobs.get("content") or [] if isinstance(e, Mapping)]
+    result: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    position = offset
+    for entry in entries:
+        token = str(entry.get("token", ""))
+        result["tokens"].append(token)
+        result["token_logprobs"].append(_logprob(entry.get("logprob")))
+        alts = [a for a in entry.get("top_logprobs") or [] if isinstance(a, Mapping)][: want + 1]
+        result["top_logprobs"].append({str(a.get("token", "")): _logprob(a.get("logprob")) for a in alts})
+        result["text_offset"].append(position)
+        position += len(token)
+    return result
+
+
+def usage(upstream: Any) -> dict[str, Any] | None:
+    if not isinstance(upstream, Mapping):
+        return None
+    prompt = count(upstream.get("prompt_tokens")) or 0
+    completion = count(upstream.get("completion_tokens")) or 0
+    total = count(upstream.get("total_tokens"))
+    total = prompt + completion if total is None else total
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+    details = upstream.get("prompt_tokens_details")
+    if isinstance(details, Mapping):
+        kept = {k: details[k] for k in _PROMPT_DETAILS if isinstance(details.get(k), int)}
+        if kept:
+            out["prompt_tokens_details"] = kept
+    cdetails = (
+        dict(upstream.get("completion_tokens_details") or {})
+        if isinstance(upstream.get("completion_tokens_details"), Mapping)
+        else {}
+    )
+    if isinstance(upstream.get("reasoning_tokens"), int) and "reasoning_tokens" not in cdetails:
+        cdetails["reasoning_tokens"] = upstream["reasoning_tokens"]
+    kept = {k: cdetails[k] for k in _COMPLETION_DETAILS if isinstance(cdetails.get(k), int)}
+    if kept:
+        out["completion_tokens_details"] = kept
+    return out
+
+
+def reasoning_text(source: Mapping[str, Any]) -> str:
+    """Reasoning text under any of the names backends use."""
+    for key in ("reasoning_content", "reasoning"):
+        value = source.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def reasoning_fields(text: str, ctx: ResponseContext) -> dict[str, str]:
+    """The reasoning as the client asked to see it; never an empty string."""
+    if not text or ctx.reasoning_field == "drop":
+        return {}
+    if ctx.reasoning_field == "both":
+        return {"reasoning_content": text, "reasoning": text}
+    return {ctx.reasoning_field: text}
+
+
+def extensions(upstream: Mapping[str, Any], official: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    """With ``--keep-extensions``, the upstream keys the official object does not have."""
+    if not ctx.keep_extensions:
+        return {}
+    return {k: v for k, v in upstream.items() if k not in official}

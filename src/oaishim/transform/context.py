@@ -1,0 +1,38 @@
+"""What the response side needs to know about one exchange (decided once, when the request arrives)."""
+
+from __future__ import annotations
+
+import secrets
+import string
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+ReasoningField = Literal["reasoning_content", "reasoning", "both", "drop"]
+ToolChoiceMode = Literal["none", "auto", "required", "named"]
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def random_id(prefix: str, size: int = 29) -> str:
+    """An id in the official style: ``chatcmpl-`` / ``cmpl-`` / ``call_`` and random letters and digits."""
+    return prefix + "".join(secrets.choice(_ALPHABET) for _ in range(size))
+
+
+@dataclass(slots=True)
+class ResponseContext:
+    """The client's side of one exchange: the ids and names it must see, and what it asked for."""
+
+    model: str
+    chat: bool = True
+    include_usage: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    tool_mode: ToolChoiceMode = "none"
+    reasoning_field: ReasoningField = "reasoning_content"
+    keep_extensions: bool = False
+    response_id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.response_id:
+            self.response_id = random_id("chatcmpl-" if self.chat else "cmpl-")

@@ -1,0 +1,109 @@
+"""Plain (non-stream) bodies: any backend's chat, completion or embeddings answer as the official one.
+
+The official object is built fresh from what it needs (so vendor keys never leak), following
+openai-wire-format.md §3–4: a message always has ``role``, ``content`` and ``refusal``;
+``tool_calls`` only when there are calls, and then ``content: null`` unless there was text;
+reasoning only under the name the client asked for and never as ``""``; ``logprobs`` key always
+present; usage with the official keys. ``--keep-extensions`` copies the backend's own keys back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from oaishim.transform import _parts
+from oaishim.transform.context import ResponseContext
+
+
+def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    choices = [c for c in body.get("choices") or [] if isinstance(c, Mapping)]
+    out: dict[str, Any] = {
+        "id": ctx.response_id,
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": ctx.model,
+        "choices": [_chat_choice(i, c, ctx) for i, c in enumerate(choices)],
+    }
+    usage = _parts.usage(body.get("usage"))
+    if usage is not None:
+        out["usage"] = usage
+    out.update(_parts.extensions(body, out, ctx))
+    return out
+
+
+def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    upstream = _parts.mapping(choice.get("message"))
+    calls = [_tool_call(c) for c in upstream.get("tool_calls") or [] if isinstance(c, Mapping)]
+    text = upstream.get("content")
+    refusal = upstream.get("refusal") if isinstance(upstream.get("refusal"), str) else None
+    content = text if isinstance(text, str) and (text or not calls) else None
+    if content is None and not calls and refusal is None:
+        content = ""  # a turn with no text and no call still says so with an empty string
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if calls:
+        message["tool_calls"] = calls
+    message.update(_parts.reasoning_fields(_parts.reasoning_text(upstream), ctx))
+    message.update(_parts.extensions(upstream, message, ctx))
+    logprobs = None
+    if ctx.logprobs:
+        logprobs = {"content": _parts.chat_logprob_entries(choice.get("logprobs"), ctx), "refusal": None}
+    result: dict[str, Any] = {
+        "index": i,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": _parts.finish_reason(choice.get("finish_reason"), bool(calls), ctx),
+    }
+    result.update(_parts.extensions(choice, result, ctx))
+    return result
+
+
+def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    fn = _parts.mapping(call.get("function"))
+    return {
+        "id": _parts.call_id(call.get("id")),
+        "type": "function",
+        "function": {"name": str(fn.get("name") or ""), "arguments": _parts.arguments_text(fn.get("arguments"))},
+    }
+
+
+def normalize_completion(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    choices = [c for c in body.get("choices") or [] if isinstance(c, Mapping)]
+    out: dict[str, Any] = {
+        "id": ctx.response_id,
+        "object": "text_completion",
+        "created": ctx.created,
+        "model": ctx.model,
+        "choices": [_text_choice(i, c, ctx) for i, c in enumerate(choices)],
+    }
+    usage = _parts.usage(body.get("usage"))
+    if usage is not None:
+        out["usage"] = usage
+    out.update(_parts.extensions(body, out, ctx))
+    return out
+
+
+def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    finish = choice.get("finish_reason")
+    result: dict[str, Any] = {
+        "index": i,
+        "text": choice.get("text") if isinstance(choice.get("text"), str) else "",
+        "logprobs": _parts.legacy_logprobs(choice.get("logprobs"), ctx.top_logprobs) if ctx.logprobs else None,
+        "finish_reason": finish if finish in ("stop", "length", "content_filter") else "stop",
+    }
+    result.update(_parts.extensions(choice, result, ctx))
+    return result
+
+
+def normalize_embeddings(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    data = [d for d in body.get("data") or [] if isinstance(d, Mapping)]
+    usage = _parts.mapping(body.get("usage"))
+    prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+    out: dict[str, Any] = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": d.get("embedding")} for i, d in enumerate(data)],
+        "model": ctx.model,
+        "usage": {"prompt_tokens": prompt, "total_tokens": usage.get("total_tokens", prompt)},
+    }
+    out.update(_parts.extensions(body, out, ctx))
+    return out

@@ -1,0 +1,268 @@
+"""The stream normaliser: any backend's chat or legacy completion stream in, the official one out.
+
+Each upstream SSE event is rewritten and handed back at once (nothing is buffered here; text
+repair, when a profile needs it, sits in front and holds back only what a tag needs). The output
+follows the official order (openai-wire-format.md §3): one ``id``, ``created`` and ``model`` on
+every chunk; per choice a role chunk first, then deltas, then ``finish_reason`` in its own chunk
+with ``delta: {}``; a usage chunk with ``choices: []`` only when the client asked; ``[DONE]``.
+
+A stream that ends without its finish (a backend killed mid-stream, a TRT-LLM stream that just
+stops) ends in one ``data: {"error": …}`` event instead, so the official SDKs raise rather than
+return a silently truncated answer.
+
+State is one :class:`_Choice` per upstream choice index. States: ``waiting`` (nothing sent yet),
+``open`` (role chunk sent), ``finished``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from oaishim.transform import _parts
+from oaishim.transform.context import ResponseContext
+from oaishim.wire.errors import OpenAIError, error_event, normalize_upstream_error
+
+DONE = b"data: [DONE]\n\n"
+
+
+@dataclass(slots=True)
+class _Call:
+    index: int
+    id: str
+    name: str | None = None
+    opened: bool = False
+    pending_args: str = ""
+
+
+@dataclass(slots=True)
+class _Choice:
+    index: int
+    state: str = "waiting"
+    text_sent: bool = False
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish: str | None = None
+    text_offset: int = 0
+
+    def __repr__(self) -> str:
+        return f"<choice {self.index} {self.state}>"
+
+
+class StreamNormalizer:
+    """``feed(data)`` takes the data of one upstream SSE event; ``flush()`` ends the stream."""
+
+    def __init__(self, ctx: ResponseContext) -> None:
+        self.ctx = ctx
+        self.choices: dict[int, _Choice] = {}
+        self.usage: dict[str, Any] | None = None
+        self.done = False  # upstream sent [DONE]
+        self.ended = False  # we sent [DONE] or an error event
+        self._extra: dict[str, Any] = {}  # --keep-extensions: the current upstream chunk's own keys
+        self._choice_extra: dict[str, Any] = {}
+
+    # -- framing ---------------------------------------------------------------------------
+    def _chunk(self, choices: list[dict[str, Any]], usage: Any = ...) -> bytes:
+        ctx = self.ctx
+        chunk: dict[str, Any] = {
+            "id": ctx.response_id,
+            "object": "chat.completion.chunk" if ctx.chat else "text_completion",
+            "created": ctx.created,
+            "model": ctx.model,
+            "choices": choices,
+        }
+        if self._extra:
+            chunk.update(self._extra)
+        if usage is not ...:
+            chunk["usage"] = usage
+        elif ctx.include_usage and ctx.chat:
+            chunk["usage"] = None  # the chat spec: null on every chunk but the last (legacy: not nullable)
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def _delta(self, index: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> bytes:
+        if self.ctx.chat:
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        else:
+            choice = {"index": index, "text": delta.get("content", ""), "logprobs": logprobs, "finish_reason": finish}
+        if self._choice_extra:
+            choice.update(self._choice_extra)
+        return self._chunk([choice])
+
+    # -- input -----------------------------------------------------------------------------
+    def feed(self, data: str) -> list[bytes]:
+        if self.ended or self.done:
+            return []
+        if data.strip() == "[DONE]":
+            self.done = True
+            return []
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return self.fail(
+                OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
+            )
+        if not isinstance(chunk, Mapping):
+            return []
+        if "error" in chunk and "choices" not in chunk:
+            return self.fail(normalize_upstream_error(500, chunk))
+        if self.ctx.keep_extensions:
+            self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
+        out: list[bytes] = []
+        for choice in chunk.get("choices") or []:
+            if isinstance(choice, Mapping) and isinstance(choice.get("index"), int):
+                if self.ctx.keep_extensions:
+                    self._choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS}
+                out.extend(self._choice(choice))
+        self._extra, self._choice_extra = {}, {}
+        if chunk.get("usage") is not None:
+            self.usage = _parts.usage(chunk["usage"])
+        return out
+
+    def _state(self, upstream_index: int) -> _Choice:
+        state = self.choices.get(upstream_index)
+        if state is None:
+            state = self.choices[upstream_index] = _Choice(len(self.choices))
+        return state
+
+    def _choice(self, choice: Mapping[str, Any]) -> list[bytes]:
+        state = self._state(choice["index"])
+        if state.state == "finished":
+            return []  # the official stream sends nothing for a choice after its finish
+        out: list[bytes] = []
+        if self.ctx.chat:
+            delta = _parts.mapping(choice.get("delta"))
+            out.extend(self._chat_delta(state, delta, choice.get("logprobs")))
+        else:
+            out.extend(self._text(state, choice))
+        finish = choice.get("finish_reason")
+        if finish is not None:
+            if finish in {"abort", "error"}:
+                return [*out, *self.fail(OpenAIError(500, "the upstream aborted the generation", "server_error"))]
+            out.extend(self._finish(state, finish))
+        return out
+
+    def _open(self, state: _Choice, first: dict[str, Any]) -> list[bytes]:
+        state.state = "open"
+        logprobs: dict[str, Any] | None = {"content": [], "refusal": None} if self.ctx.logprobs else None
+        return [self._delta(state.index, {"role": "assistant", **first}, logprobs)]
+
+    def _chat_delta(self, state: _Choice, delta: Mapping[str, Any], logprobs: Any) -> list[bytes]:
+        out: list[bytes] = []
+        reasoning = _parts.reasoning_fields(_parts.reasoning_text(delta), self.ctx)
+        content = delta.get("content")
+        refusal = delta.get("refusal")
+        calls = delta.get("tool_calls")
+        if state.state == "waiting":
+            if isinstance(content, str) and content:
+                out += self._open(state, {"content": "", "refusal": None})
+            elif isinstance(refusal, str) and refusal:
+                out += self._open(state, {"content": None, "refusal": ""})
+            elif reasoning or calls:
+                # The role chunk cannot know yet whether text or a tool call follows; null is right
+                # for a tool call and harmless before text (clients start from null).
+                out += self._open(state, {"content": None, "refusal": None})
+        if reasoning:
+            out.append(self._delta(state.index, dict(reasoning)))
+        if isinstance(content, str) and content:
+            entries = _parts.chat_logprob_entries(logprobs, self.ctx) if self.ctx.logprobs else None
+            lp = {"content": entries, "refusal": None} if entries is not None else None
+            out.append(self._delta(state.index, {"content": content}, lp))
+            state.text_sent = True
+        if isinstance(refusal, str) and refusal:
+            out.append(self._delta(state.index, {"refusal": refusal}))
+        if isinstance(calls, list):
+            for call in calls:
+                if isinstance(call, Mapping):
+                    out.extend(self._tool_call(state, call))
+        return out
+
+    def _tool_call(self, state: _Choice, call: Mapping[str, Any]) -> list[bytes]:
+        key = _parts.count(call.get("index"))
+        key = len(state.calls) if key is None else key
+        fn = _parts.mapping(call.get("function"))
+        entry = state.calls.get(key)
+        if entry is None:
+            entry = state.calls[key] = _Call(len(state.calls), _parts.call_id(call.get("id")))
+        if entry.name is None and isinstance(fn.get("name"), str) and fn["name"]:
+            entry.name = fn["name"]
+        args = _parts.arguments_text(fn.get("arguments"))
+        out: list[bytes] = []
+        if not entry.opened:
+            if entry.name is None:
+                entry.pending_args += args  # wait for the name: the opening delta must carry it
+                return out
+            entry.opened = True
+            opening = {
+                "index": entry.index,
+                "id": entry.id,
+                "type": "function",
+                "function": {"name": entry.name, "arguments": ""},
+            }
+            out.append(self._delta(state.index, {"tool_calls": [opening]}))
+            args, entry.pending_args = entry.pending_args + args, ""
+        if args:
+            out.append(
+                self._delta(state.index, {"tool_calls": [{"index": entry.index, "function": {"arguments": args}}]})
+            )
+        return out
+
+    def _text(self, state: _Choice, choice: Mapping[str, Any]) -> list[bytes]:
+        text = choice.get("text")
+        if not isinstance(text, str) or not text:
+            return []
+        state.state = "open"
+        lp = None
+        if self.ctx.logprobs:
+            lp = _parts.legacy_logprobs(choice.get("logprobs"), self.ctx.top_logprobs, state.text_offset)
+        state.text_offset += len(text)
+        return [self._delta(state.index, {"content": text}, lp)]
+
+    def _finish(self, state: _Choice, upstream: Any) -> list[bytes]:
+        out: list[bytes] = []
+        if self.ctx.chat and state.state == "waiting":
+            out += self._open(state, {"content": "", "refusal": None})
+        made_calls = any(c.opened for c in state.calls.values())
+        for call in state.calls.values():
+            if not call.opened:  # a call that never got its name: give its text back, never drop it
+                out.append(self._delta(state.index, {"content": call.pending_args}))
+        reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
+        state.state = "finished"
+        state.finish = reason
+        empty: dict[str, Any] = {}
+        out.append(self._delta(state.index, empty, None, reason))
+        return out
+
+    def fail(self, error: OpenAIError) -> list[bytes]:
+        """End the stream with an error event (once)."""
+        if self.ended:
+            return []
+        self.ended = True
+        return [error_event(error)]
+
+    # -- end -------------------------------------------------------------------------------
+    def flush(self) -> list[bytes]:
+        """End of the upstream stream: close it the official way, or fail it loudly."""
+        if self.ended:
+            return []
+        unfinished = [c for c in self.choices.values() if c.state != "finished"]
+        if unfinished or not self.choices:
+            what = "before any choice" if not self.choices else f"before choice {unfinished[0].index} finished"
+            return self.fail(OpenAIError(502, f"the upstream stream ended {what}", "server_error"))
+        out: list[bytes] = []
+        if self.ctx.include_usage and self.usage is not None:
+            # Only what the backend counted: a made-up usage would be a lie (the checker reports
+            # the missing chunk instead).
+            out.append(self._chunk([], self.usage))
+        self.ended = True
+        out.append(DONE)
+        return out
+
+
+_TOP_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"})
+_CHOICE_KEYS = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
+
+
+def _legacy_finish(upstream: Any) -> str:
+    return upstream if upstream in ("stop", "length", "content_filter") else "stop"

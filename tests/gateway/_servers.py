@@ -1,0 +1,140 @@
+"""Servers the gateway tests start: a backend that replays raw recorded bytes, and the gateway.
+
+The replaying backend is a test double for a real engine: it answers with the exact bytes of a
+recording (status, content type, body), optionally in pieces, and can cut the connection in the
+middle of a body — a server killed mid-stream, a fault that cannot be provoked on demand with a
+real engine. Real engines are exercised in the engine integration tests. Both servers listen on
+127.0.0.1 only and are stopped by the fixtures that start them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+import uvicorn
+
+from oaishim.server.app import Gateway
+from oaishim.server.config import Settings
+
+
+@dataclass
+class Canned:
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+    piece: int = 0  # send the body in pieces of this many bytes (0: at once)
+    delay: float = 0.0  # seconds between pieces
+    cut_after: int | None = None  # close the connection after this many body bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+class Replayer:
+    """Answers each request with the next queued Canned response (or a 599 when none is queued)."""
+
+    def __init__(self) -> None:
+        self.queue: deque[Canned] = deque()
+        self.seen: list[Seen] = []
+        self.closed_early = threading.Event()  # the client closed while we were still sending
+        replayer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                replayer.seen.append(
+                    Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                )
+                canned = replayer.queue.popleft() if replayer.queue else Canned(b'{"error": "nothing queued"}', 599)
+                self.send_response(canned.status)
+                self.send_header("content-type", canned.content_type)
+                for key, value in canned.headers.items():
+                    self.send_header(key, value)
+                self.send_header("connection", "close")
+                self.end_headers()
+                data = canned.body if canned.cut_after is None else canned.body[: canned.cut_after]
+                step = canned.piece or len(data) or 1
+                try:
+                    for start in range(0, len(data), step):
+                        self.wfile.write(data[start : start + step])
+                        self.wfile.flush()
+                        if canned.delay:
+                            time.sleep(canned.delay)
+                except (BrokenPipeError, ConnectionResetError):
+                    replayer.closed_early.set()
+                self.close_connection = True
+
+            do_GET = _serve
+            do_POST = _serve
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Replayer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def push(self, *canned: Canned) -> None:
+        self.queue.extend(canned)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RunningGateway:
+    """The real gateway app under uvicorn, in a thread of this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.app = Gateway(settings)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=settings.port, loop="asyncio", log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.url = f"http://127.0.0.1:{settings.port}"
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+
+    def __enter__(self) -> RunningGateway:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from _servers import Replayer, RunningGateway, free_port
+
+from oaishim.server.config import ModelRoute, Settings
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Replayer]:
+    with Replayer() as replayer:
+        yield replayer
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend(request: pytest.FixtureRequest) -> None:
+    if "backend" in request.fixturenames:
+        replayer: Replayer = request.getfixturevalue("backend")
+        replayer.queue.clear()
+        replayer.seen.clear()
+        replayer.closed_early.clear()
+
+
+GatewayFactory = Callable[..., RunningGateway]
+
+
+@pytest.fixture(scope="module")
+def gateways(backend: Replayer) -> Iterator[Callable[..., str]]:
+    """Start gateways in front of the replaying backend, one per distinct configuration, kept for the module."""
+    running: dict[tuple[object, ...], RunningGateway] = {}
+
+    def start(profile: str = "openai", *, name: str = "*", api_keys: tuple[str, ...] = (), **settings: object) -> str:
+        key = (profile, name, api_keys, tuple(sorted(settings.items())))
+        if key not in running:
+            route = ModelRoute(name=name, upstreams=(backend.url,), profile=profile)
+            gw = RunningGateway(Settings(models=(route,), port=free_port(), api_keys=api_keys, **settings))  # type: ignore[arg-type]
+            running[key] = gw.__enter__()
+        return running[key].url
+
+    yield start
+    for gw in running.values():
+        gw.__exit__(None, None, None)
