@@ -96,6 +96,19 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--config", type=Path, help="a TOML or YAML file with settings and models")
     p.add_argument("--keep-extensions", action="store_true", default=None, help="keep the backend's extra fields")
     p.add_argument("--reasoning-field", help="reasoning_content|reasoning|both|drop (default reasoning_content)")
+    p.add_argument(
+        "--no-text-repair",
+        dest="text_repair",
+        action="store_false",
+        default=None,
+        help="do not split <think> text, parse tool-call text or enforce stop strings at the gateway",
+    )
+    p.add_argument(
+        "--thinking-open",
+        action="store_true",
+        default=None,
+        help="the chat template opens <think>: outputs start in reasoning",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -115,6 +128,8 @@ def _run_serve(args: argparse.Namespace) -> int:
             config=args.config,
             keep_extensions=args.keep_extensions,
             reasoning_field=args.reasoning_field,
+            text_repair=args.text_repair,
+            thinking_open=args.thinking_open,
         )
     except ConfigError as exc:
         return _fail(str(exc))

@@ -10,6 +10,7 @@ real engine. Real engines are exercised in the engine integration tests. Both se
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ class Canned:
     delay: float = 0.0  # seconds between pieces
     cut_after: int | None = None  # close the connection after this many body bytes
     headers: dict[str, str] = field(default_factory=dict)
+    head_delay: float = 0.0  # seconds to wait before sending the status line (a slow first byte)
 
 
 @dataclass
@@ -50,10 +52,11 @@ class Seen:
 class Replayer:
     """Answers each request with the next queued Canned response (or a 599 when none is queued)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.queue: deque[Canned] = deque()
         self.seen: list[Seen] = []
         self.closed_early = threading.Event()  # the client closed while we were still sending
+        self.closed_at: float | None = None  # time.monotonic() when that was first noticed
         replayer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,31 +72,43 @@ class Replayer:
                     Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 )
                 canned = replayer.queue.popleft() if replayer.queue else Canned(b'{"error": "nothing queued"}', 599)
-                self.send_response(canned.status)
-                self.send_header("content-type", canned.content_type)
-                for key, value in canned.headers.items():
-                    self.send_header(key, value)
-                self.send_header("connection", "close")
-                self.end_headers()
                 data = canned.body if canned.cut_after is None else canned.body[: canned.cut_after]
                 step = canned.piece or len(data) or 1
                 try:
+                    if canned.head_delay:
+                        time.sleep(canned.head_delay)
+                    self.send_response(canned.status)
+                    self.send_header("content-type", canned.content_type)
+                    for key, value in canned.headers.items():
+                        self.send_header(key, value)
+                    self.send_header("connection", "close")
+                    self.end_headers()
                     for start in range(0, len(data), step):
                         self.wfile.write(data[start : start + step])
                         self.wfile.flush()
                         if canned.delay:
-                            time.sleep(canned.delay)
+                            self._pause(canned.delay)
                 except (BrokenPipeError, ConnectionResetError):
-                    replayer.closed_early.set()
+                    replayer.mark_closed()
                 self.close_connection = True
+
+            def _pause(self, seconds: float) -> None:
+                """Wait between pieces, but notice at once when the client closes its end (a write to
+                a closed socket fails only a write or two later, too late to time the close)."""
+                started = time.monotonic()
+                readable, _, _ = select.select([self.connection], [], [], seconds)
+                if readable:
+                    if not self.connection.recv(1, socket.MSG_PEEK):
+                        raise ConnectionResetError("the client closed the connection")
+                    time.sleep(max(0.0, seconds - (time.monotonic() - started)))
 
             do_GET = _serve
             do_POST = _serve
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def __enter__(self) -> Replayer:
         self.thread.start()
@@ -105,6 +120,11 @@ class Replayer:
 
     def push(self, *canned: Canned) -> None:
         self.queue.extend(canned)
+
+    def mark_closed(self) -> None:
+        if not self.closed_early.is_set():
+            self.closed_at = time.monotonic()
+            self.closed_early.set()
 
 
 def free_port() -> int:

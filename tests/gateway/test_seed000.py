@@ -23,7 +23,9 @@ def recorded(name: str) -> tuple[dict[str, Any], Canned]:
     return request, Canned(raw, content_type=kind)
 
 
-def through(backend: Replayer, gateways: Any, name: str, path: str = "/v1/chat/completions", **changes: Any) -> tuple[dict[str, Any], int, bytes]:
+def through(
+    backend: Replayer, gateways: Any, name: str, path: str = "/v1/chat/completions", **changes: Any
+) -> tuple[dict[str, Any], int, bytes]:
     request, canned = recorded(name)
     request.update(changes)
     backend.push(canned)
@@ -47,7 +49,7 @@ def test_chat_logprobs_in_the_chat_shape(backend: Replayer, gateways: Any) -> No
 
 
 def test_completions_logprobs_in_the_legacy_shape(backend: Replayer, gateways: Any) -> None:
-    request, status, out = through(backend, gateways, "s1_completions_default", "/v1/completions")
+    request, _status, out = through(backend, gateways, "s1_completions_default", "/v1/completions")
     logprobs = json.loads(out)["choices"][0]["logprobs"]
     assert set(logprobs) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
     assert all(len(alternatives) <= request["logprobs"] + 1 for alternatives in logprobs["top_logprobs"])
@@ -60,7 +62,7 @@ def test_completions_default_max_tokens_is_the_official_16(backend: Replayer, ga
 
 @pytest.mark.parametrize("name", ["s1_stop_incl", "s1_stop_excl"])
 def test_stop_reason_removed_and_stop_string_semantics_kept(backend: Replayer, gateways: Any, name: str) -> None:
-    request, status, out = through(backend, gateways, name)
+    request, _status, out = through(backend, gateways, name)
     choice = json.loads(out)["choices"][0]
     assert "stop_reason" not in choice
     assert choice["finish_reason"] == "stop"
@@ -83,7 +85,7 @@ def test_stream_options_without_include_usage_gives_no_usage(backend: Replayer, 
     request.pop("stream_options", None)
     request.update(changes)
     backend.push(canned)
-    status, _, out = post(gateways("vllm") + "/v1/chat/completions", request)
+    _status, _, out = post(gateways("vllm") + "/v1/chat/completions", request)
     got = chunks(out)
     assert all("usage" not in c for c in got)
     assert all(c["choices"] for c in got)

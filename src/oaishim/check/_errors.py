@@ -8,11 +8,13 @@ class from the status alone, so a server fault sent as 400 (TensorRT-LLM answers
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from oaishim.check._findings import Sink
+from oaishim.wire.errors import is_error_body, looks_like_server_fault
+
+__all__ = ["check_error_body", "is_error_body"]
 
 # The error types the official API uses, and the statuses each may come with.
 _TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
@@ -29,25 +31,6 @@ _TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
     "api_error": range(500, 600),
     "timeout_error": (408, 504),
 }
-
-
-# Words that show a failure of the server, not of the request (TensorRT-LLM answers both with 400).
-SERVER_FAULT = re.compile(
-    r"out of memory|\bOOM\b|CUDA|cuda error|Traceback|internal server error|internal error|engine (?:dead|died|error)|"
-    r"RuntimeError|segmentation fault|NCCL|device-side assert",
-    re.IGNORECASE,
-)
-
-
-def looks_like_server_fault(message: str) -> bool:
-    return SERVER_FAULT.search(message) is not None
-
-
-def is_error_body(body: Any) -> bool:
-    """An error in any backend's shape: the official ``{"error": …}`` or a flat ``object: "error"``."""
-    if not isinstance(body, Mapping) or "choices" in body:
-        return False
-    return "error" in body or body.get("object") == "error"
 
 
 def check_error_body(body: Any, status: int | None, sink: Sink, *, chunk: int | None = None) -> None:

@@ -34,8 +34,9 @@ class Profile:
       tool_call_type_required: history tool calls need ``type: "function"``.
       request_hooks: small named edits that are not expressible as data.
     Response side:
-      splits_reasoning: the backend runs a reasoning parser (``<think>`` already split out);
-        when False the gateway's text repair must split it (issue 4).
+      splits_reasoning: the backend's default start runs a reasoning parser (``<think>`` already
+        split out). Informational (probe reports): the gateway's splitter runs regardless, since a
+        server flag or a request parameter can turn a parser off, and on split text it is a no-op.
       reasoning_out: the field names the backend uses for reasoning in responses.
       server_header: a substring of the ``Server`` header that identifies the backend (auto).
     """

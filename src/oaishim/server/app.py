@@ -35,7 +35,9 @@ from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.upstream import Upstreams, chunks
 from oaishim.transform import response as normalize
 from oaishim.transform.context import ResponseContext, ToolChoiceMode
+from oaishim.transform.repair import RepairPlan, plan_tool_names
 from oaishim.transform.request import Endpoint, PreparedRequest, prepare
+from oaishim.transform.validate import validate
 from oaishim.wire.errors import OpenAIError, bad_request, not_found, too_large, unauthorized
 
 log = logging.getLogger("oaishim.gateway")
@@ -68,6 +70,34 @@ def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
     if choice is None or choice == "auto":
         return "auto"
     return "required" if choice == "required" else "named"
+
+
+def response_context(endpoint: Endpoint, prepared: PreparedRequest, settings: Settings) -> ResponseContext:
+    """What the response side must produce for this request, under these settings."""
+    chat = endpoint == "chat"
+    repair = settings.text_repair
+    plan = RepairPlan(
+        # Split <think> whatever the profile says: a server flag or a request parameter can turn a
+        # backend's parser off, and users rarely know how their server was started.
+        reasoning=repair and chat,
+        starts_in_reasoning=settings.thinking_open,
+        tools=repair and chat and prepared.tools_offered and prepared.tool_choice != "none",
+        tool_names=plan_tool_names(prepared.body.get("tools")),
+        stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
+        include_stop=prepared.include_stop_str_in_output,
+    )
+    return ResponseContext(
+        model=prepared.client_model,
+        chat=chat,
+        include_usage=prepared.include_usage,
+        logprobs=bool(prepared.logprobs) if chat else prepared.logprobs is not None,
+        top_logprobs=(prepared.top_logprobs or 0) if chat else int(prepared.logprobs or 0),
+        tool_mode=_tool_mode(prepared),
+        reasoning_field=settings.reasoning_field,
+        keep_extensions=settings.keep_extensions,
+        repair=plan,
+        context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
+    )
 
 
 class Gateway:
@@ -107,8 +137,10 @@ class Gateway:
                 raw = await response.read()
                 response.release()
                 found[key] = orjson.loads(raw) if response.status == 200 else None
-            except (OpenAIError, orjson.JSONDecodeError, aiohttp.ClientError):
+            except (orjson.JSONDecodeError, aiohttp.ClientError):
                 found[key] = None
+            # An OpenAIError (no replica reachable, no answer in time) goes to the client: a profile
+            # guessed from no answer at all would be cached for good.
         return detect(server, found.get("version"), found.get("models"))
 
     # -- ASGI --------------------------------------------------------------------------------
@@ -173,17 +205,9 @@ class Gateway:
                     f"The model `{model}` does not exist or you do not have access to it.", code="model_not_found"
                 )
             raise bad_request("you must provide a model parameter", param="model")
+        validate(endpoint, body)  # before detection, which would reach the backend for a refused request
         prepared = prepare(endpoint, body, await self.profile_for(route), upstream_model=route.upstream_model)
-        ctx = ResponseContext(
-            model=prepared.client_model,
-            chat=endpoint == "chat",
-            include_usage=prepared.include_usage,
-            logprobs=bool(prepared.logprobs) if endpoint == "chat" else prepared.logprobs is not None,
-            top_logprobs=(prepared.top_logprobs or 0) if endpoint == "chat" else int(prepared.logprobs or 0),
-            tool_mode=_tool_mode(prepared),
-            reasoning_field=self.settings.reasoning_field,
-            keep_extensions=self.settings.keep_extensions,
-        )
+        ctx = response_context(endpoint, prepared, self.settings)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         response = await self.upstreams.open(route, "POST", path, orjson.dumps(prepared.body))
         try:

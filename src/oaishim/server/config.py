@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oaishim.profiles import get_profile
 from oaishim.transform.context import ReasoningField
 
 REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning", "both", "drop")
@@ -47,6 +48,8 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     keep_extensions: bool = False
     reasoning_field: ReasoningField = "reasoning_content"
+    text_repair: bool = True  # split <think>, parse tool-call text, enforce stop strings at the gateway
+    thinking_open: bool = False  # the chat template opens <think>: outputs start inside reasoning
     max_body_bytes: int = 16 * 1024 * 1024
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
@@ -58,9 +61,8 @@ class Settings:
         for route in self.models:
             if route.name == model:
                 return route
-        if len(self.models) == 1 and self.models[0].name == "*":
-            return self.models[0]
-        return None
+        # "*" serves every other name (/v1/models lists its backend's models, so they must route)
+        return next((route for route in self.models if route.name == "*"), None)
 
 
 def _env(name: str) -> str | None:
@@ -76,6 +78,42 @@ def _bool(value: Any, name: str) -> bool:
     if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name}: expected a boolean, got {value!r}")
+
+
+def _number(value: Any, name: str, kind: type[int] | type[float], low: float, high: float = float("inf")) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if isinstance(value, bool) or not low <= number <= high:
+        raise ConfigError(f"{name}: {value!r} is out of range")
+    return number
+
+
+def _url(value: Any, name: str) -> str:
+    url = value.strip().rstrip("/") if isinstance(value, str) else ""
+    if not url.startswith(("http://", "https://")) or not url.partition("://")[2]:
+        raise ConfigError(f"{name}: {value!r} is not an http:// or https:// URL")
+    return url
+
+
+def _profile(value: Any, name: str) -> str:
+    if value == "auto":
+        return "auto"
+    try:
+        get_profile(str(value))
+    except KeyError as exc:
+        raise ConfigError(f"{name}: {exc.args[0]}") from None
+    return str(value)
+
+
+def _keys(value: Any, name: str) -> tuple[str, ...]:
+    """A list of keys, or one comma-separated string (never a string's characters)."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"{name}: expected a list of strings, got {value!r}")
+    return tuple(k.strip() for k in value if k.strip())
 
 
 def load_file(path: Path) -> dict[str, Any]:
@@ -108,11 +146,12 @@ def _routes(entries: Any) -> tuple[ModelRoute, ...]:
         ups = [ups] if isinstance(ups, str) else ups
         if not isinstance(ups, list) or not ups or not all(isinstance(u, str) for u in ups):
             raise ConfigError(f"models[{i}] ({entry['name']}): needs upstreams, a list of URLs")
+        where = f"models[{i}] ({entry['name']})"
         routes.append(
             ModelRoute(
                 name=entry["name"],
-                upstreams=tuple(u.rstrip("/") for u in ups),
-                profile=str(entry.get("profile", "auto")),
+                upstreams=tuple(_url(u, f"{where}.upstreams") for u in ups),
+                profile=_profile(entry.get("profile", "auto"), f"{where}.profile"),
                 upstream_model=entry.get("upstream_model"),
                 upstream_api_key=entry.get("upstream_api_key"),
             )
@@ -132,6 +171,8 @@ def build_settings(
     config: Path | None = None,
     keep_extensions: bool | None = None,
     reasoning_field: str | None = None,
+    text_repair: bool | None = None,
+    thinking_open: bool | None = None,
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -140,24 +181,37 @@ def build_settings(
     routes = _routes(data["models"]) if "models" in data else ()
     if upstream:
         name = served_model_name or _env("SERVED_MODEL_NAME") or data.get("served_model_name") or "*"
+        urls = upstream.split(",") if isinstance(upstream, str) else upstream
+        if not isinstance(urls, list):
+            raise ConfigError(f"upstream: expected a URL or a list of URLs, got {upstream!r}")
         route = ModelRoute(
             name=name,
-            upstreams=tuple(u.strip().rstrip("/") for u in upstream.split(",")),
-            profile=profile or _env("PROFILE") or data.get("profile", "auto"),
+            upstreams=tuple(_url(u, "upstream") for u in urls),
+            profile=_profile(profile or _env("PROFILE") or data.get("profile", "auto"), "profile"),
             upstream_api_key=upstream_api_key or _env("UPSTREAM_API_KEY") or data.get("upstream_api_key"),
         )
         routes = (route, *[r for r in routes if r.name != name])
-    keys = tuple(api_keys) or tuple(k for k in (_env("API_KEYS") or _env("API_KEY") or "").split(",") if k)
-    keys = keys or tuple(data.get("api_keys", ()))
+    keys = tuple(api_keys) or _keys(_env("API_KEYS") or _env("API_KEY") or "", "OAISHIM_API_KEYS")
+    keys = keys or _keys(data.get("api_keys", []), "api_keys")
     field_name = reasoning_field or _env("REASONING_FIELD") or data.get("reasoning_field", "reasoning_content")
     if field_name not in REASONING_FIELDS:
         raise ConfigError(f"reasoning_field: {field_name!r} is not one of {', '.join(REASONING_FIELDS)}")
     keep = (
         keep_extensions
-        if keep_extensions
+        if keep_extensions is not None
         else _bool(_env("KEEP_EXTENSIONS") or data.get("keep_extensions", False), "keep_extensions")
     )
-    port_value = port if port is not None else int(_env("PORT") or data.get("port", 8000))
+    repair = (
+        text_repair
+        if text_repair is not None
+        else _bool(_env("TEXT_REPAIR") or data.get("text_repair", True), "text_repair")
+    )
+    opened = (
+        thinking_open
+        if thinking_open is not None
+        else _bool(_env("THINKING_OPEN") or data.get("thinking_open", False), "thinking_open")
+    )
+    port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
     return Settings(
         models=routes,
         host=host or _env("HOST") or data.get("host", "127.0.0.1"),
@@ -165,8 +219,10 @@ def build_settings(
         api_keys=keys,
         keep_extensions=keep,
         reasoning_field=field_name,
-        max_body_bytes=int(data.get("max_body_bytes", 16 * 1024 * 1024)),
-        connect_timeout=float(data.get("connect_timeout", 10.0)),
-        first_byte_timeout=float(data.get("first_byte_timeout", 600.0)),
-        idle_timeout=float(data.get("idle_timeout", 300.0)),
+        text_repair=repair,
+        thinking_open=opened,
+        max_body_bytes=_number(data.get("max_body_bytes", 16 * 1024 * 1024), "max_body_bytes", int, 1),
+        connect_timeout=_number(data.get("connect_timeout", 10.0), "connect_timeout", float, 1e-3),
+        first_byte_timeout=_number(data.get("first_byte_timeout", 600.0), "first_byte_timeout", float, 1e-3),
+        idle_timeout=_number(data.get("idle_timeout", 300.0), "idle_timeout", float, 1e-3),
     )

@@ -29,12 +29,18 @@ Normalize = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
 SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
+async def _read_all(response: aiohttp.ClientResponse) -> bytes:
+    """The whole body; a broken or idle upstream raises OpenAIError (``response.read()`` would raise
+    aiohttp's own errors, which reach the client as a bare 500)."""
+    return b"".join([chunk async for chunk in chunks(response)])
+
+
 async def relay_plain(
     response: aiohttp.ClientResponse, ctx: ResponseContext, normalize: Normalize, send: Send, extra: Headers
 ) -> None:
-    raw = await response.read()
+    raw = await _read_all(response)
     if response.status >= 400:
-        await send_error(send, normalize_upstream_error(response.status, raw), extra)
+        await send_error(send, normalize_upstream_error(response.status, raw, context_param=ctx.context_param), extra)
         return
     try:
         body = orjson.loads(raw)
@@ -44,7 +50,7 @@ async def relay_plain(
         )
         return
     if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
-        await send_error(send, normalize_upstream_error(response.status, body), extra)
+        await send_error(send, normalize_upstream_error(response.status, body, context_param=ctx.context_param), extra)
         return
     await send_json(send, 200, normalize(body, ctx), extra)
 
@@ -82,7 +88,11 @@ async def relay_stream(
     response: aiohttp.ClientResponse, ctx: ResponseContext, receive: Receive, send: Send, extra: Headers
 ) -> None:
     if response.status >= 400:
-        await send_error(send, normalize_upstream_error(response.status, await response.read()), extra)
+        await send_error(
+            send,
+            normalize_upstream_error(response.status, await _read_all(response), context_param=ctx.context_param),
+            extra,
+        )
         return
     normalizer = StreamNormalizer(ctx)
     is_sse = (response.content_type or "").startswith("text/event-stream")
@@ -109,8 +119,8 @@ async def relay_stream(
                     out += _field_errors(decoder, normalizer)
                 if out:
                     await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-                if normalizer.ended:
-                    break  # a stop string or an error ended it: no need for the rest
+                if normalizer.ended or normalizer.stopped:
+                    break  # an error, or a stop string at the gateway, ended it: the rest is not needed
             for event in decoder.flush():
                 tail += normalizer.feed(event.data)
             tail += normalizer.flush()

@@ -97,6 +97,10 @@ class Upstreams:
                     "server_error",
                     code="upstream_timeout",
                 ) from exc
+            except aiohttp.ClientError as exc:  # not HTTP at all, a broken status line, a reset
+                raise OpenAIError(
+                    502, f"the upstream answered with no valid HTTP response ({type(exc).__name__})", "server_error"
+                ) from exc
         raise OpenAIError(
             502,
             f"no upstream replica could be reached ({type(last).__name__})",

@@ -6,7 +6,10 @@ import secrets
 import string
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from oaishim.transform.repair import RepairPlan
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both", "drop"]
 ToolChoiceMode = Literal["none", "auto", "required", "named"]
@@ -30,6 +33,8 @@ class ResponseContext:
     tool_mode: ToolChoiceMode = "none"
     reasoning_field: ReasoningField = "reasoning_content"
     keep_extensions: bool = False
+    repair: RepairPlan | None = None
+    context_param: str = "messages"  # what a context overflow blames: messages, prompt or input
     response_id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.pieces import CallArgs, CallStart, Piece, join_text
+from oaishim.transform.repair import repair_text
 
 
 def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
@@ -36,6 +38,14 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
     upstream = _parts.mapping(choice.get("message"))
     calls = [_tool_call(c) for c in upstream.get("tool_calls") or [] if isinstance(c, Mapping)]
     text = upstream.get("content")
+    reasoning = _parts.reasoning_text(upstream)
+    finish = choice.get("finish_reason")
+    if isinstance(text, str) and text and ctx.repair is not None and ctx.repair.active:
+        pieces, stopped = repair_text(text, ctx.repair)
+        text = join_text(pieces, "content")
+        reasoning += join_text(pieces, "reasoning")
+        calls += _repaired_calls(pieces)
+        finish = "stop" if stopped else finish
     refusal = upstream.get("refusal") if isinstance(upstream.get("refusal"), str) else None
     content = text if isinstance(text, str) and (text or not calls) else None
     if content is None and not calls and refusal is None:
@@ -43,7 +53,7 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
     if calls:
         message["tool_calls"] = calls
-    message.update(_parts.reasoning_fields(_parts.reasoning_text(upstream), ctx))
+    message.update(_parts.reasoning_fields(reasoning, ctx))
     message.update(_parts.extensions(upstream, message, ctx))
     logprobs = None
     if ctx.logprobs:
@@ -52,10 +62,20 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
         "index": i,
         "message": message,
         "logprobs": logprobs,
-        "finish_reason": _parts.finish_reason(choice.get("finish_reason"), bool(calls), ctx),
+        "finish_reason": _parts.finish_reason(finish, bool(calls), ctx),
     }
     result.update(_parts.extensions(choice, result, ctx))
     return result
+
+
+def _repaired_calls(pieces: list[Piece]) -> list[dict[str, Any]]:
+    calls: dict[int, dict[str, Any]] = {}
+    for piece in pieces:
+        if isinstance(piece, CallStart):
+            calls[piece.index] = {"id": piece.id, "type": "function", "function": {"name": piece.name, "arguments": ""}}
+        elif isinstance(piece, CallArgs) and piece.index in calls:
+            calls[piece.index]["function"]["arguments"] += piece.text
+    return list(calls.values())
 
 
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,9 +105,14 @@ def normalize_completion(body: Mapping[str, Any], ctx: ResponseContext) -> dict[
 
 def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     finish = choice.get("finish_reason")
+    text = choice.get("text") if isinstance(choice.get("text"), str) else ""
+    if text and ctx.repair is not None and ctx.repair.stops:
+        pieces, stopped = repair_text(text, ctx.repair)
+        text = join_text(pieces, "content")
+        finish = "stop" if stopped else finish
     result: dict[str, Any] = {
         "index": i,
-        "text": choice.get("text") if isinstance(choice.get("text"), str) else "",
+        "text": text,
         "logprobs": _parts.legacy_logprobs(choice.get("logprobs"), ctx.top_logprobs) if ctx.logprobs else None,
         "finish_reason": finish if finish in ("stop", "length", "content_filter") else "stop",
     }

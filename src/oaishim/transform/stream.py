@@ -24,7 +24,9 @@ import orjson
 
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
-from oaishim.wire.errors import OpenAIError, error_event, normalize_upstream_error
+from oaishim.transform.pieces import CallStart, Piece, Text, merge
+from oaishim.transform.repair import TextRepair
+from oaishim.wire.errors import OpenAIError, error_event, is_error_body, normalize_upstream_error
 
 DONE = b"data: [DONE]\n\n"
 
@@ -41,11 +43,12 @@ class _Call:
 @dataclass(slots=True)
 class _Choice:
     index: int
+    repair: TextRepair | None = None
     state: str = "waiting"
-    text_sent: bool = False
-    calls: dict[int, _Call] = field(default_factory=dict)
+    calls: dict[object, _Call] = field(default_factory=dict)  # upstream index, or ("text", i) for repaired calls
     finish: str | None = None
     text_offset: int = 0
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # entries not yet sent with a content delta
 
     def __repr__(self) -> str:
         return f"<choice {self.index} {self.state}>"
@@ -105,8 +108,8 @@ class StreamNormalizer:
             )
         if not isinstance(chunk, Mapping):
             return []
-        if "error" in chunk and "choices" not in chunk:
-            return self.fail(normalize_upstream_error(500, chunk))
+        if is_error_body(chunk):
+            return self.fail(normalize_upstream_error(200, chunk))
         if self.ctx.keep_extensions:
             self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
         out: list[bytes] = []
@@ -123,7 +126,8 @@ class StreamNormalizer:
     def _state(self, upstream_index: int) -> _Choice:
         state = self.choices.get(upstream_index)
         if state is None:
-            state = self.choices[upstream_index] = _Choice(len(self.choices))
+            repair = TextRepair(self.ctx.repair) if self.ctx.repair is not None and self.ctx.repair.active else None
+            state = self.choices[upstream_index] = _Choice(len(self.choices), repair)
         return state
 
     def _choice(self, choice: Mapping[str, Any]) -> list[bytes]:
@@ -136,6 +140,8 @@ class StreamNormalizer:
             out.extend(self._chat_delta(state, delta, choice.get("logprobs")))
         else:
             out.extend(self._text(state, choice))
+        if state.state == "finished":
+            return out  # a stop string ended the text at the gateway
         finish = choice.get("finish_reason")
         if finish is not None:
             if finish in {"abort", "error"}:
@@ -143,57 +149,98 @@ class StreamNormalizer:
             out.extend(self._finish(state, finish))
         return out
 
-    def _open(self, state: _Choice, first: dict[str, Any]) -> list[bytes]:
+    # -- emitting official deltas ------------------------------------------------------------
+    def _open(self, state: _Choice, kind: str) -> list[bytes]:
+        """The role chunk, shaped by what comes first: text, a refusal, or reasoning/a tool call."""
+        if state.state != "waiting" or not self.ctx.chat:
+            state.state = "open" if state.state == "waiting" else state.state
+            return []
         state.state = "open"
+        if kind == "content":
+            first: dict[str, Any] = {"content": "", "refusal": None}
+        elif kind == "refusal":
+            first = {"content": None, "refusal": ""}
+        else:
+            # The role chunk cannot know yet whether text or a tool call follows; null is right
+            # for a tool call and harmless before text (clients start from null).
+            first = {"content": None, "refusal": None}
         logprobs: dict[str, Any] | None = {"content": [], "refusal": None} if self.ctx.logprobs else None
         return [self._delta(state.index, {"role": "assistant", **first}, logprobs)]
 
-    def _chat_delta(self, state: _Choice, delta: Mapping[str, Any], logprobs: Any) -> list[bytes]:
+    def _content(self, state: _Choice, text: str) -> list[bytes]:
+        if not text:
+            return []
+        out = self._open(state, "content")
+        lp = None
+        if self.ctx.logprobs and self.ctx.chat:
+            lp, state.logprobs = {"content": state.logprobs, "refusal": None}, []
+        out.append(self._delta(state.index, {"content": text}, lp))
+        return out
+
+    def _reasoning(self, state: _Choice, text: str) -> list[bytes]:
+        fields = _parts.reasoning_fields(text, self.ctx)
+        if not fields:
+            return []
+        return [*self._open(state, "reasoning"), self._delta(state.index, dict(fields))]
+
+    def _pieces(self, state: _Choice, pieces: list[Piece]) -> list[bytes]:
         out: list[bytes] = []
-        reasoning = _parts.reasoning_fields(_parts.reasoning_text(delta), self.ctx)
+        for piece in merge(pieces):
+            if isinstance(piece, Text):
+                out += (
+                    self._content(state, piece.text) if piece.kind == "content" else self._reasoning(state, piece.text)
+                )
+            elif isinstance(piece, CallStart):
+                out += self._tool_call(state, ("text", piece.index), None, piece.name, "")
+            else:
+                out += self._tool_call(state, ("text", piece.index), None, None, piece.text)
+        return out
+
+    def _chat_delta(self, state: _Choice, delta: Mapping[str, Any], logprobs: Any) -> list[bytes]:
+        out = self._reasoning(state, _parts.reasoning_text(delta))
+        if self.ctx.logprobs:
+            state.logprobs += _parts.chat_logprob_entries(logprobs, self.ctx)
         content = delta.get("content")
-        refusal = delta.get("refusal")
-        calls = delta.get("tool_calls")
-        if state.state == "waiting":
-            if isinstance(content, str) and content:
-                out += self._open(state, {"content": "", "refusal": None})
-            elif isinstance(refusal, str) and refusal:
-                out += self._open(state, {"content": None, "refusal": ""})
-            elif reasoning or calls:
-                # The role chunk cannot know yet whether text or a tool call follows; null is right
-                # for a tool call and harmless before text (clients start from null).
-                out += self._open(state, {"content": None, "refusal": None})
-        if reasoning:
-            out.append(self._delta(state.index, dict(reasoning)))
         if isinstance(content, str) and content:
-            entries = _parts.chat_logprob_entries(logprobs, self.ctx) if self.ctx.logprobs else None
-            lp = {"content": entries, "refusal": None} if entries is not None else None
-            out.append(self._delta(state.index, {"content": content}, lp))
-            state.text_sent = True
+            if state.repair is None:
+                out += self._content(state, content)
+            else:
+                out += self._pieces(state, state.repair.feed(content))
+                if state.repair.stopped:
+                    return out + self._finish(state, "stop")
+        refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
+            out += self._open(state, "refusal")
             out.append(self._delta(state.index, {"refusal": refusal}))
+        calls = delta.get("tool_calls")
         if isinstance(calls, list):
             for call in calls:
                 if isinstance(call, Mapping):
-                    out.extend(self._tool_call(state, call))
+                    fn = _parts.mapping(call.get("function"))
+                    key = _parts.count(call.get("index"))
+                    name = fn.get("name") if isinstance(fn.get("name"), str) and fn.get("name") else None
+                    out += self._tool_call(
+                        state,
+                        len(state.calls) if key is None else key,
+                        call.get("id"),
+                        name,
+                        _parts.arguments_text(fn.get("arguments")),
+                    )
         return out
 
-    def _tool_call(self, state: _Choice, call: Mapping[str, Any]) -> list[bytes]:
-        key = _parts.count(call.get("index"))
-        key = len(state.calls) if key is None else key
-        fn = _parts.mapping(call.get("function"))
+    def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[bytes]:
         entry = state.calls.get(key)
         if entry is None:
-            entry = state.calls[key] = _Call(len(state.calls), _parts.call_id(call.get("id")))
-        if entry.name is None and isinstance(fn.get("name"), str) and fn["name"]:
-            entry.name = fn["name"]
-        args = _parts.arguments_text(fn.get("arguments"))
+            entry = state.calls[key] = _Call(len(state.calls), _parts.call_id(upstream_id))
+        if entry.name is None and name:
+            entry.name = name
         out: list[bytes] = []
         if not entry.opened:
             if entry.name is None:
                 entry.pending_args += args  # wait for the name: the opening delta must carry it
                 return out
             entry.opened = True
+            out += self._open(state, "tool")
             opening = {
                 "index": entry.index,
                 "id": entry.id,
@@ -216,23 +263,45 @@ class StreamNormalizer:
         lp = None
         if self.ctx.logprobs:
             lp = _parts.legacy_logprobs(choice.get("logprobs"), self.ctx.top_logprobs, state.text_offset)
+        if state.repair is not None:
+            text = "".join(p.text for p in state.repair.feed(text) if isinstance(p, Text))
         state.text_offset += len(text)
-        return [self._delta(state.index, {"content": text}, lp)]
+        out = [self._delta(state.index, {"content": text}, lp)] if text else []
+        if state.repair is not None and state.repair.stopped:
+            out += self._finish(state, "stop")
+        return out
 
     def _finish(self, state: _Choice, upstream: Any) -> list[bytes]:
         out: list[bytes] = []
+        if state.repair is not None:
+            tail = state.repair.flush()
+            if self.ctx.chat:
+                out += self._pieces(state, tail)
+            else:
+                out += self._content(state, "".join(p.text for p in tail if isinstance(p, Text)))
+            if state.repair.stopped:
+                upstream = "stop"
         if self.ctx.chat and state.state == "waiting":
-            out += self._open(state, {"content": "", "refusal": None})
-        made_calls = any(c.opened for c in state.calls.values())
+            out += self._open(state, "content")
         for call in state.calls.values():
-            if not call.opened:  # a call that never got its name: give its text back, never drop it
-                out.append(self._delta(state.index, {"content": call.pending_args}))
+            if not call.opened and call.pending_args:  # a call that never got its name: give its text back
+                out += self._content(state, call.pending_args)
+        made_calls = any(c.opened for c in state.calls.values())
         reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
         state.state = "finished"
         state.finish = reason
         empty: dict[str, Any] = {}
         out.append(self._delta(state.index, empty, None, reason))
         return out
+
+    @property
+    def stopped(self) -> bool:
+        """Every choice is finished and a stop string ended one at the gateway: close the upstream."""
+        return (
+            bool(self.choices)
+            and all(c.state == "finished" for c in self.choices.values())
+            and any(c.repair is not None and c.repair.stopped for c in self.choices.values())
+        )
 
     def fail(self, error: OpenAIError) -> list[bytes]:
         """End the stream with an error event (once)."""

@@ -43,6 +43,8 @@ __all__ = [
     "OpenAIError",
     "bad_request",
     "error_event",
+    "is_error_body",
+    "looks_like_server_fault",
     "normalize_upstream_error",
     "not_found",
     "timeout",
@@ -316,6 +318,18 @@ _UNKNOWN_MODEL = re.compile(
     r"\b(?:unknown|no such|invalid) model\b",
     re.IGNORECASE,
 )
+
+
+def looks_like_server_fault(message: str) -> bool:
+    """Whether an error message shows a failure of the server rather than of the request."""
+    return _SERVER_FAULT.search(message) is not None
+
+
+def is_error_body(body: Any) -> bool:
+    """An error in any backend's shape: the official ``{"error": …}`` or a flat ``object: "error"``."""
+    if not isinstance(body, Mapping) or "choices" in body:
+        return False
+    return "error" in body or body.get("object") == "error"
 
 
 @dataclass(frozen=True, slots=True)

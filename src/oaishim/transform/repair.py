@@ -1,0 +1,117 @@
+"""Text repair for one choice: the stages a backend without parsers needs, in one pipeline.
+
+Order matters and follows what the backend itself would have done: stop strings are matched on
+the raw text (backends apply ``stop`` before any parsing); special tokens are kept whole; then
+``<think>`` blocks become reasoning; then tool calls written as text become tool calls (only in
+content, and only when the request offered tools). Each stage holds back only what a tag or stop
+string could still need, so the stream is delayed by a few characters at most, and ``flush()``
+hands everything back: no character is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from oaishim.transform.pieces import Piece, Text
+from oaishim.transform.reasoning import ReasoningSplitter
+from oaishim.transform.special import SpecialTokenHolder, SpecialTokens
+from oaishim.transform.stops import StopMatcher
+from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPlan:
+    """What to repair, decided once per request from the profile, the settings and the request."""
+
+    reasoning: bool = True
+    starts_in_reasoning: bool = False
+    tools: bool = False
+    tool_formats: tuple[ToolFormat, ...] = ("hermes", "minimax", "llama3", "mistral")
+    tool_names: frozenset[str] = frozenset()
+    stops: tuple[str, ...] = ()
+    include_stop: bool = False
+    special: SpecialTokens | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.reasoning or self.tools or bool(self.stops) or self.special is not None
+
+
+@dataclass(slots=True)
+class TextRepair:
+    plan: RepairPlan
+    stopper: StopMatcher | None = field(init=False)
+    holder: SpecialTokenHolder | None = field(init=False)
+    splitter: ReasoningSplitter | None = field(init=False)
+    parser: ToolCallParser | None = field(init=False)
+    done: bool = field(init=False, default=False)  # every stage flushed: the text is complete
+
+    def __post_init__(self) -> None:
+        plan = self.plan
+        self.stopper = StopMatcher(plan.stops, include_stop=plan.include_stop) if plan.stops else None
+        self.holder = SpecialTokenHolder(plan.special) if plan.special is not None else None
+        self.splitter = ReasoningSplitter(starts_in_reasoning=plan.starts_in_reasoning) if plan.reasoning else None
+        self.parser = ToolCallParser(plan.tool_formats, tool_names=plan.tool_names) if plan.tools else None
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string was hit: the text is complete and the upstream can be closed."""
+        return self.stopper is not None and self.stopper.hit is not None
+
+    @property
+    def calls_made(self) -> int:
+        return self.parser.calls_made if self.parser is not None else 0
+
+    def feed(self, text: str) -> list[Piece]:
+        if self.stopper is not None:
+            text = self.stopper.feed(text)
+        return self._after_stops(text, final=self.stopped)
+
+    def flush(self) -> list[Piece]:
+        text = self.stopper.flush() if self.stopper is not None else ""
+        return self._after_stops(text, final=True)
+
+    def _after_stops(self, text: str, *, final: bool) -> list[Piece]:
+        if self.done:
+            return []
+        self.done = final
+        if self.holder is not None:
+            text = self.holder.feed(text) + (self.holder.flush() if final else "")
+        pieces: list[Piece] = []
+        if self.splitter is not None:
+            pieces = self.splitter.feed(text) if text else []
+            if final:
+                pieces += self.splitter.flush()
+        elif text:
+            pieces = [Text("content", text)]
+        if self.parser is None:
+            return pieces
+        out: list[Piece] = []
+        for piece in pieces:
+            if isinstance(piece, Text) and piece.kind == "content":
+                out += self.parser.feed(piece.text)
+            else:
+                out.append(piece)
+        if final:
+            out += self.parser.flush()
+        return out
+
+
+def plan_tool_names(tools: Sequence[object] | None) -> frozenset[str]:
+    names: list[str] = []
+    for tool in tools or ():
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            names.append(fn["name"])
+    return frozenset(names)
+
+
+def repair_text(text: str, plan: RepairPlan) -> tuple[list[Piece], bool]:
+    """A whole text at once (plain bodies): the same pipeline, so both paths agree."""
+    repair = TextRepair(plan)
+    pieces = repair.feed(text) + repair.flush()
+    return pieces, repair.stopped
+
+
+__all__ = ["RepairPlan", "TextRepair", "plan_tool_names", "repair_text"]
