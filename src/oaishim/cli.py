@@ -109,6 +109,17 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="the chat template opens <think>: outputs start in reasoning",
     )
+    p.add_argument(
+        "--special-tokens",
+        type=Path,
+        help="the model's tokenizer folder or tokenizer_config.json/tokenizer.json: its special tokens are kept whole",
+    )
+    p.add_argument(
+        "--display-cleanup",
+        action="store_true",
+        default=None,
+        help="strip unprotected markup (<|...|>, <s>) from content; special tokens are never stripped",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -130,6 +141,8 @@ def _run_serve(args: argparse.Namespace) -> int:
             reasoning_field=args.reasoning_field,
             text_repair=args.text_repair,
             thinking_open=args.thinking_open,
+            special_tokens=args.special_tokens,
+            display_cleanup=args.display_cleanup,
         )
     except ConfigError as exc:
         return _fail(str(exc))

@@ -85,6 +85,8 @@ def response_context(endpoint: Endpoint, prepared: PreparedRequest, settings: Se
         tool_names=plan_tool_names(prepared.body.get("tools")),
         stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
         include_stop=prepared.include_stop_str_in_output,
+        special=settings.special_tokens if repair else None,
+        cleanup=settings.display_cleanup,
     )
     return ResponseContext(
         model=prepared.client_model,

@@ -23,6 +23,7 @@ from typing import Any
 
 from oaishim.profiles import get_profile
 from oaishim.transform.context import ReasoningField
+from oaishim.transform.special import SpecialTokens, load_special_tokens
 
 REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning", "both", "drop")
 
@@ -50,6 +51,8 @@ class Settings:
     reasoning_field: ReasoningField = "reasoning_content"
     text_repair: bool = True  # split <think>, parse tool-call text, enforce stop strings at the gateway
     thinking_open: bool = False  # the chat template opens <think>: outputs start inside reasoning
+    special_tokens: SpecialTokens | None = None  # the model's protected tokens (seed 003)
+    display_cleanup: bool = False  # strip unprotected markup such as <|im_start|> from content
     max_body_bytes: int = 16 * 1024 * 1024
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
@@ -173,6 +176,8 @@ def build_settings(
     reasoning_field: str | None = None,
     text_repair: bool | None = None,
     thinking_open: bool | None = None,
+    special_tokens: Path | None = None,
+    display_cleanup: bool | None = None,
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -211,6 +216,18 @@ def build_settings(
         if thinking_open is not None
         else _bool(_env("THINKING_OPEN") or data.get("thinking_open", False), "thinking_open")
     )
+    tokens_path = special_tokens or (Path(p) if (p := _env("SPECIAL_TOKENS") or data.get("special_tokens")) else None)
+    tokens = None
+    if tokens_path is not None:
+        try:
+            tokens = load_special_tokens(Path(tokens_path))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"special_tokens: cannot load {tokens_path}: {exc}") from exc
+    cleanup = (
+        display_cleanup
+        if display_cleanup is not None
+        else _bool(_env("DISPLAY_CLEANUP") or data.get("display_cleanup", False), "display_cleanup")
+    )
     port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
     return Settings(
         models=routes,
@@ -221,6 +238,8 @@ def build_settings(
         reasoning_field=field_name,
         text_repair=repair,
         thinking_open=opened,
+        special_tokens=tokens,
+        display_cleanup=cleanup,
         max_body_bytes=_number(data.get("max_body_bytes", 16 * 1024 * 1024), "max_body_bytes", int, 1),
         connect_timeout=_number(data.get("connect_timeout", 10.0), "connect_timeout", float, 1e-3),
         first_byte_timeout=_number(data.get("first_byte_timeout", 600.0), "first_byte_timeout", float, 1e-3),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from oaishim.transform.cleanup import DisplayCleanup
 from oaishim.transform.pieces import Piece, Text
 from oaishim.transform.reasoning import ReasoningSplitter
 from oaishim.transform.special import SpecialTokenHolder, SpecialTokens
@@ -32,6 +33,7 @@ class RepairPlan:
     stops: tuple[str, ...] = ()
     include_stop: bool = False
     special: SpecialTokens | None = None
+    cleanup: bool = False  # strip unprotected display markup (<|…|>, <s>) from content
 
     @property
     def active(self) -> bool:
@@ -42,7 +44,7 @@ class RepairPlan:
 class TextRepair:
     plan: RepairPlan
     stopper: StopMatcher | None = field(init=False)
-    holder: SpecialTokenHolder | None = field(init=False)
+    holder: SpecialTokenHolder | DisplayCleanup | None = field(init=False)
     splitter: ReasoningSplitter | None = field(init=False)
     parser: ToolCallParser | None = field(init=False)
     done: bool = field(init=False, default=False)  # every stage flushed: the text is complete
@@ -50,14 +52,23 @@ class TextRepair:
     def __post_init__(self) -> None:
         plan = self.plan
         self.stopper = StopMatcher(plan.stops, include_stop=plan.include_stop) if plan.stops else None
-        self.holder = SpecialTokenHolder(plan.special) if plan.special is not None else None
+        # Both keep every special token whole; the cleanup also strips unprotected markup.
+        self.holder = None
+        if plan.special is not None:
+            self.holder = DisplayCleanup(plan.special) if plan.cleanup else SpecialTokenHolder(plan.special)
         self.splitter = ReasoningSplitter(starts_in_reasoning=plan.starts_in_reasoning) if plan.reasoning else None
         self.parser = ToolCallParser(plan.tool_formats, tool_names=plan.tool_names) if plan.tools else None
 
     @property
     def stopped(self) -> bool:
-        """A stop string was hit: the text is complete and the upstream can be closed."""
-        return self.stopper is not None and self.stopper.hit is not None
+        """A stop string was hit, or an end-of-turn token passed: the text is complete and the
+        upstream can be closed (a backend that missed its own end of turn keeps generating)."""
+        return (self.stopper is not None and self.stopper.hit is not None) or self.saw_end_of_turn
+
+    @property
+    def saw_end_of_turn(self) -> bool:
+        """An end-of-turn token passed (seed 003): the turn is over whatever the display shows."""
+        return isinstance(self.holder, DisplayCleanup) and self.holder.saw_end_of_turn
 
     @property
     def calls_made(self) -> int:
