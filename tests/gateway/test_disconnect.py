@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import openai
-import pytest
 from _servers import Canned, Replayer
 
 VLLM = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "vllm-0.32-cpu"
@@ -76,11 +75,6 @@ def test_sdk_client_closing_its_stream(backend: Replayer, gateways: Any) -> None
     assert len(backend.seen) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway bug: a plain (non-stream) request is not watched for a client disconnect; the "
-    "upstream request runs to its end",
-)
 def test_plain_request_client_going_away_closes_the_upstream(backend: Replayer, gateways: Any) -> None:
     raw = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(raw, piece=max(1, len(raw) // 40), delay=DELAY))  # 2 s to send the body

@@ -211,10 +211,22 @@ class Gateway:
         prepared = prepare(endpoint, body, await self.profile_for(route), upstream_model=route.upstream_model)
         ctx = response_context(endpoint, prepared, self.settings)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
+        await relay.watching_client(receive, self._exchange(route, path, endpoint, prepared, ctx, send, extra))
+
+    async def _exchange(
+        self,
+        route: ModelRoute,
+        path: str,
+        endpoint: Endpoint,
+        prepared: PreparedRequest,
+        ctx: ResponseContext,
+        send: Send,
+        extra: Headers,
+    ) -> None:
         response = await self.upstreams.open(route, "POST", path, orjson.dumps(prepared.body))
         try:
             if prepared.stream:
-                await relay.relay_stream(response, ctx, receive, send, extra)
+                await relay.relay_stream(response, ctx, send, extra)
             else:
                 await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra)
         finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import aiohttp
@@ -75,18 +75,33 @@ def _field_errors(decoder: SSEDecoder, normalizer: StreamNormalizer) -> list[byt
     return out
 
 
-async def _watch_client(receive: Receive, response: aiohttp.ClientResponse, gone: asyncio.Event) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            response.close()  # drops the upstream connection now: the backend stops generating
-            return
+async def _client_gone(receive: Receive) -> None:
+    """Returns when the client disconnects (the request body was already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
-async def relay_stream(
-    response: aiohttp.ClientResponse, ctx: ResponseContext, receive: Receive, send: Send, extra: Headers
-) -> None:
+async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` (open the upstream request and relay its answer) until it ends or the client
+    goes away, whichever comes first. On a disconnect the work is cancelled, which closes the
+    upstream connection at once: that is what frees the GPU, for plain requests and streams alike."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_client_gone(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            log.info("client went away; closing the upstream request")
+            task.cancel()
+        watcher.cancel()
+        for pending in (task, watcher):
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
+    if not task.cancelled():
+        task.result()  # re-raise what the work raised (an OpenAIError becomes the client's error)
+
+
+async def relay_stream(response: aiohttp.ClientResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
     if response.status >= 400:
         await send_error(
             send,
@@ -96,8 +111,6 @@ async def relay_stream(
         return
     normalizer = StreamNormalizer(ctx)
     is_sse = (response.content_type or "").startswith("text/event-stream")
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_client(receive, response, gone))
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
     tail: list[bytes] = []
     try:
@@ -127,16 +140,9 @@ async def relay_stream(
     except OpenAIError as error:
         tail = normalizer.fail(error)
     except (aiohttp.ClientError, ConnectionError) as exc:
-        if gone.is_set():
-            log.info("client went away; upstream closed")
-            return
         tail = normalizer.fail(
             OpenAIError(502, f"the upstream connection broke: {exc}", "server_error", code="upstream_disconnected")
         )
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        response.close()
-    if not gone.is_set():
-        await send({"type": "http.response.body", "body": b"".join(tail), "more_body": False})
+        response.close()  # also when cancelled because the client went away: the backend stops now
+    await send({"type": "http.response.body", "body": b"".join(tail), "more_body": False})
