@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,10 +51,15 @@ class Seen:
 
 
 class Replayer:
-    """Answers each request with the next queued Canned response (or a 599 when none is queued)."""
+    """Answers each request with the next queued Canned response (or a 599 when none is queued).
+
+    When ``responder`` is set, it answers instead of the queue: it is called with each request as
+    seen and returns the Canned answer (a simulated backend, e.g. ``_trt.TrtSim``).
+    """
 
     def __init__(self, port: int = 0) -> None:
         self.queue: deque[Canned] = deque()
+        self.responder: Callable[[Seen], Canned] | None = None
         self.seen: list[Seen] = []
         self.closed_early = threading.Event()  # the client closed while we were still sending
         self.closed_at: float | None = None  # time.monotonic() when that was first noticed
@@ -68,10 +74,14 @@ class Replayer:
             def _serve(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                replayer.seen.append(
-                    Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                )
-                canned = replayer.queue.popleft() if replayer.queue else Canned(b'{"error": "nothing queued"}', 599)
+                seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                replayer.seen.append(seen)
+                if replayer.responder is not None:
+                    canned = replayer.responder(seen)
+                elif replayer.queue:
+                    canned = replayer.queue.popleft()
+                else:
+                    canned = Canned(b'{"error": "nothing queued"}', 599)
                 data = canned.body if canned.cut_after is None else canned.body[: canned.cut_after]
                 step = canned.piece or len(data) or 1
                 try:

@@ -277,10 +277,14 @@ def test_profile_with_a_version_is_accepted() -> None:
 # oaishim serve
 
 
-def test_serve_without_an_upstream_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve"]) == 2
+def test_serve_without_an_upstream_and_a_missing_model_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without --upstream the embedded engine serves --model; a model that is not there is refused
+    # before anything starts.
+    assert main(["serve", "--model", str(tmp_path / "missing.gguf")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("oaishim: ") and "no upstream" in err and "--upstream" in err
+    assert err.startswith("oaishim: ") and "model file not found" in err
 
 
 @pytest.mark.parametrize(
