@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -86,7 +87,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Run the gateway: every client sees the exact official OpenAI wire format. "
         "Settings also come from OAISHIM_* environment variables and --config.",
     )
-    p.add_argument("--upstream", help="backend base URL (comma-separated replicas), e.g. http://127.0.0.1:8080")
+    p.add_argument(
+        "--upstream",
+        help="backend base URL (comma-separated replicas), e.g. http://127.0.0.1:8080; "
+        "without one, an embedded llama.cpp engine serves --model (default: a tiny generated model)",
+    )
+    p.add_argument("--model", type=Path, help="a GGUF file for the embedded engine (when no --upstream is given)")
     p.add_argument("--profile", help="auto|vllm|sglang|trtllm|llamacpp|ollama|openai (default auto)")
     p.add_argument("--served-model-name", help="the model name clients use (default: the backend's names)")
     p.add_argument("--api-key", action="append", default=[], help="a key clients must present (repeatable)")
@@ -146,12 +152,37 @@ def _run_serve(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         return _fail(str(exc))
-    if not settings.models:
-        return _fail("no upstream: give --upstream URL (or models in --config); the embedded engine is not built yet")
     from oaishim.server.main import serve
 
-    print(f"oaishim gateway on http://{settings.host}:{settings.port}/v1", flush=True)
-    serve(settings, log_level=args.log_level)
+    if settings.models:
+        print(f"oaishim gateway on http://{settings.host}:{settings.port}/v1", flush=True)
+        serve(settings, log_level=args.log_level)
+        return 0
+    return _serve_embedded(args, settings, serve)
+
+
+def _serve_embedded(args: argparse.Namespace, settings: Any, serve: Any) -> int:
+    """No upstream: start llama.cpp on the tiny model (or --model) and serve it through the gateway."""
+    import dataclasses
+
+    from oaishim.engine.embedded import EngineError, start_embedded
+    from oaishim.server.config import ModelRoute
+
+    alias = args.served_model_name or (args.model.stem if args.model else "tiny")
+    print("oaishim: starting the embedded llama.cpp engine (the tiny model is built on first use)", flush=True)
+    try:
+        engine = start_embedded(args.model, alias)
+    except EngineError as exc:
+        return _fail(str(exc))
+    try:
+        route = ModelRoute(name=alias, upstreams=(engine.server.url,), profile="llamacpp")
+        settings = dataclasses.replace(
+            settings, models=(route,), special_tokens=settings.special_tokens or engine.special
+        )
+        print(f"oaishim gateway on http://{settings.host}:{settings.port}/v1 (model {alias!r}, llama.cpp)", flush=True)
+        serve(settings, log_level=args.log_level)
+    finally:
+        engine.server.stop()
     return 0
 
 
