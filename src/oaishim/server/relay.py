@@ -134,8 +134,9 @@ async def relay_stream(response: aiohttp.ClientResponse, ctx: ResponseContext, s
                     await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
                 if normalizer.ended or normalizer.stopped:
                     break  # an error, or a stop string at the gateway, ended it: the rest is not needed
-            for event in decoder.flush():
-                tail += normalizer.feed(event.data)
+            if not (normalizer.ended or normalizer.stopped):  # else a half-read event is not the client's
+                for event in decoder.flush():
+                    tail += normalizer.feed(event.data)
             tail += normalizer.flush()
     except OpenAIError as error:
         tail = normalizer.fail(error)

@@ -69,7 +69,9 @@ class DisplayCleanup:
     end the choice (``finish_reason``, ``[DONE]``) from the signal, not from the text.
 
     Holds back only possible partial tokens and tags. States: ``streaming`` and ``ended`` (an
-    end-of-turn token has passed; text after it still flows, the gateway decides what to do).
+    end-of-turn token has passed; text after it still flows, unless ``end_at_end_of_turn``, which
+    the gateway sets: then nothing after the token comes out, however the text was split, and a
+    backend that missed its own end of turn cannot run on).
     """
 
     def __init__(
@@ -79,10 +81,12 @@ class DisplayCleanup:
         strip: Markup | re.Pattern[str] | None = CHATML_MARKUP,
         protect: Literal["special", "end_of_turn"] = "special",
         keep_end_of_turn: bool = True,
+        end_at_end_of_turn: bool = False,
     ) -> None:
         markup = Markup.from_pattern(strip) if isinstance(strip, re.Pattern) else strip
         self.tokens = tokens
         self.keep_end_of_turn = keep_end_of_turn
+        self.end_at_end_of_turn = end_at_end_of_turn
         self.protected = tokens.special if protect == "special" else tokens.end_of_turn
         self.end_token: str | None = None
         self.stripped: list[str] = []  # what was removed, in order, for logs and tests
@@ -103,6 +107,8 @@ class DisplayCleanup:
         return self._render(self._scanner.flush())
 
     def _render(self, parts: list[tuple[_PartKind, str]]) -> str:
+        if self.end_at_end_of_turn and self.end_token is not None:
+            return ""  # the turn ended: nothing after its token comes out, however the text was split
         out: list[str] = []
         for kind, text in parts:
             if kind == "strip":
@@ -110,8 +116,11 @@ class DisplayCleanup:
                 continue
             if kind == "keep" and text in self.tokens.end_of_turn:
                 self.end_token = self.end_token or text
-                if not self.keep_end_of_turn:
-                    continue
+                if self.keep_end_of_turn:
+                    out.append(text)
+                if self.end_at_end_of_turn:
+                    break
+                continue
             out.append(text)
         return "".join(out)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from oaishim.transform.cleanup import DisplayCleanup
+from oaishim.transform.cleanup import CHATML_MARKUP, DisplayCleanup
 from oaishim.transform.pieces import Piece, Text
 from oaishim.transform.reasoning import ReasoningSplitter
-from oaishim.transform.special import SpecialTokenHolder, SpecialTokens
+from oaishim.transform.special import SpecialTokens
 from oaishim.transform.stops import StopMatcher
 from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
 
@@ -44,7 +44,7 @@ class RepairPlan:
 class TextRepair:
     plan: RepairPlan
     stopper: StopMatcher | None = field(init=False)
-    holder: SpecialTokenHolder | DisplayCleanup | None = field(init=False)
+    holder: DisplayCleanup | None = field(init=False)
     splitter: ReasoningSplitter | None = field(init=False)
     parser: ToolCallParser | None = field(init=False)
     done: bool = field(init=False, default=False)  # every stage flushed: the text is complete
@@ -52,10 +52,12 @@ class TextRepair:
     def __post_init__(self) -> None:
         plan = self.plan
         self.stopper = StopMatcher(plan.stops, include_stop=plan.include_stop) if plan.stops else None
-        # Both keep every special token whole; the cleanup also strips unprotected markup.
+        # Every special token kept whole, the cleanup also strips unprotected markup; either way an
+        # end-of-turn token ends the text (without the cleanup it used to flow on: seed 003's signal lost).
         self.holder = None
         if plan.special is not None:
-            self.holder = DisplayCleanup(plan.special) if plan.cleanup else SpecialTokenHolder(plan.special)
+            strip = CHATML_MARKUP if plan.cleanup else None
+            self.holder = DisplayCleanup(plan.special, strip=strip, end_at_end_of_turn=True)
         self.splitter = ReasoningSplitter(starts_in_reasoning=plan.starts_in_reasoning) if plan.reasoning else None
         self.parser = ToolCallParser(plan.tool_formats, tool_names=plan.tool_names) if plan.tools else None
 
@@ -68,7 +70,7 @@ class TextRepair:
     @property
     def saw_end_of_turn(self) -> bool:
         """An end-of-turn token passed (seed 003): the turn is over whatever the display shows."""
-        return isinstance(self.holder, DisplayCleanup) and self.holder.saw_end_of_turn
+        return self.holder is not None and self.holder.saw_end_of_turn
 
     @property
     def calls_made(self) -> int:

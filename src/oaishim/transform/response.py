@@ -106,7 +106,7 @@ def normalize_completion(body: Mapping[str, Any], ctx: ResponseContext) -> dict[
 def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     finish = choice.get("finish_reason")
     text = choice.get("text") if isinstance(choice.get("text"), str) else ""
-    if text and ctx.repair is not None and ctx.repair.stops:
+    if text and ctx.repair is not None and ctx.repair.active:  # stops, special tokens: as the stream does
         pieces, stopped = repair_text(text, ctx.repair)
         text = join_text(pieces, "content")
         finish = "stop" if stopped else finish

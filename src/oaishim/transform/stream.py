@@ -95,7 +95,9 @@ class StreamNormalizer:
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, data: str) -> list[bytes]:
-        if self.ended or self.done:
+        if self.ended or self.done or self.stopped:
+            # After a stop at the gateway the rest of the upstream is not read: a later event, or
+            # the cut-off one the relay's decoder flushes, must not turn the answer into an error.
             return []
         if data.strip() == "[DONE]":
             self.done = True
