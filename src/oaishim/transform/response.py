@@ -9,7 +9,7 @@ present; usage with the official keys. ``--keep-extensions`` copies the backend'
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from oaishim.transform import _parts
@@ -18,20 +18,30 @@ from oaishim.transform.pieces import CallArgs, CallStart, Piece, join_text
 from oaishim.transform.repair import repair_text
 
 
-def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def _envelope(
+    body: Mapping[str, Any],
+    ctx: ResponseContext,
+    obj: str,
+    build: Callable[[int, Mapping[str, Any], ResponseContext], dict[str, Any]],
+) -> dict[str, Any]:
+    """The response object around its choices: the gateway's id, created and model; official usage."""
     choices = [c for c in body.get("choices") or [] if isinstance(c, Mapping)]
     out: dict[str, Any] = {
         "id": ctx.response_id,
-        "object": "chat.completion",
+        "object": obj,
         "created": ctx.created,
         "model": ctx.model,
-        "choices": [_chat_choice(i, c, ctx) for i, c in enumerate(choices)],
+        "choices": [build(i, c, ctx) for i, c in enumerate(choices)],
     }
     usage = _parts.usage(body.get("usage"))
     if usage is not None:
         out["usage"] = usage
     out.update(_parts.extensions(body, out, ctx))
     return out
+
+
+def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    return _envelope(body, ctx, "chat.completion", _chat_choice)
 
 
 def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
@@ -88,19 +98,7 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_completion(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    choices = [c for c in body.get("choices") or [] if isinstance(c, Mapping)]
-    out: dict[str, Any] = {
-        "id": ctx.response_id,
-        "object": "text_completion",
-        "created": ctx.created,
-        "model": ctx.model,
-        "choices": [_text_choice(i, c, ctx) for i, c in enumerate(choices)],
-    }
-    usage = _parts.usage(body.get("usage"))
-    if usage is not None:
-        out["usage"] = usage
-    out.update(_parts.extensions(body, out, ctx))
-    return out
+    return _envelope(body, ctx, "text_completion", _text_choice)
 
 
 def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:

@@ -12,8 +12,8 @@ numbers) we keep its intent instead; each such place says so in its docstring.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 __all__ = [
     "ChatAccumulator",
@@ -166,6 +166,12 @@ class _StreamHeader:
         return result
 
 
+class _ChoiceBuilder(Protocol):
+    def feed(self, choice: Mapping[str, Any]) -> None: ...
+
+    def build(self) -> dict[str, Any]: ...
+
+
 class _ChatChoice:
     def __init__(self, index: int) -> None:
         self.index = index
@@ -210,7 +216,34 @@ class _ChatChoice:
         }
 
 
-class ChatAccumulator:
+class _Accumulator:
+    """Feeding and building shared by both accumulators; subclasses name the objects and choice type."""
+
+    _chunk_object: str
+    _result_object: str
+    _choice_type: Callable[[int], _ChoiceBuilder]
+
+    def __init__(self) -> None:
+        self._header = _StreamHeader()
+        self._choices: dict[int, _ChoiceBuilder] = {}
+
+    def feed(self, chunk: Mapping[str, Any]) -> None:
+        if chunk.get("object") != self._chunk_object:
+            return
+        self._header.feed(chunk)
+        for choice in chunk.get("choices") or []:
+            index = _choice_index(choice)
+            if index not in self._choices:
+                self._choices[index] = type(self)._choice_type(index)
+            self._choices[index].feed(choice)
+
+    def result(self) -> dict[str, Any]:
+        """The final object so far (a fresh copy; raises ``ValueError`` if nothing was fed)."""
+        choices = [self._choices[i].build() for i in sorted(self._choices)]
+        return self._header.build(self._result_object, choices)
+
+
+class ChatAccumulator(_Accumulator):
     """Rebuild a ``chat.completion`` object from ``chat.completion.chunk`` objects.
 
     Mirrors ``ChatCompletionStreamState``:
@@ -233,22 +266,9 @@ class ChatAccumulator:
     the ``chat.completion`` schema are not carried over.
     """
 
-    def __init__(self) -> None:
-        self._header = _StreamHeader()
-        self._choices: dict[int, _ChatChoice] = {}
-
-    def feed(self, chunk: Mapping[str, Any]) -> None:
-        if chunk.get("object") != "chat.completion.chunk":
-            return
-        self._header.feed(chunk)
-        for choice in chunk.get("choices") or []:
-            index = _choice_index(choice)
-            self._choices.setdefault(index, _ChatChoice(index)).feed(choice)
-
-    def result(self) -> dict[str, Any]:
-        """The ``chat.completion`` object so far (a fresh copy; raises ``ValueError`` if nothing was fed)."""
-        choices = [self._choices[i].build() for i in sorted(self._choices)]
-        return self._header.build("chat.completion", choices)
+    _chunk_object = "chat.completion.chunk"
+    _result_object = "chat.completion"
+    _choice_type = _ChatChoice
 
 
 class _TextChoice:
@@ -287,7 +307,7 @@ class _TextChoice:
         }
 
 
-class CompletionAccumulator:
+class CompletionAccumulator(_Accumulator):
     """Rebuild a legacy ``/v1/completions`` ``text_completion`` object from its stream chunks.
 
     The SDK has no helper for this endpoint; the rules follow ``ChatAccumulator`` so both behave alike:
@@ -297,22 +317,9 @@ class CompletionAccumulator:
     from the last chunk.
     """
 
-    def __init__(self) -> None:
-        self._header = _StreamHeader()
-        self._choices: dict[int, _TextChoice] = {}
-
-    def feed(self, chunk: Mapping[str, Any]) -> None:
-        if chunk.get("object") != "text_completion":
-            return
-        self._header.feed(chunk)
-        for choice in chunk.get("choices") or []:
-            index = _choice_index(choice)
-            self._choices.setdefault(index, _TextChoice(index)).feed(choice)
-
-    def result(self) -> dict[str, Any]:
-        """The ``text_completion`` object so far (a fresh copy; raises ``ValueError`` if nothing was fed)."""
-        choices = [self._choices[i].build() for i in sorted(self._choices)]
-        return self._header.build("text_completion", choices)
+    _chunk_object = "text_completion"
+    _result_object = "text_completion"
+    _choice_type = _TextChoice
 
 
 def accumulate_chat(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
