@@ -62,7 +62,7 @@ class LlamaServer:
     model: Path
     alias: str = "tiny"
     context: int = 4096
-    threads: int = 2
+    threads: int = 1  # the tiny model needs no more; llama.cpp spin-waits its threads, starving a 2-core box
     max_tokens: int = 256  # random-weight models never emit eos: bound every generation
     log_path: Path | None = None
     extra_args: tuple[str, ...] = ()
