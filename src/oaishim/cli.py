@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -12,8 +13,10 @@ from typing import Any
 import orjson
 
 from oaishim import __version__
+from oaishim.capture.cli import add_parsers as _add_capture_commands
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.check._report import json_report, text_report
+from oaishim.probe.cli import add_parser as _add_probe
 
 
 def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,6 +129,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="strip unprotected markup (<|...|>, <s>) from content; special tokens are never stripped",
     )
+    p.add_argument("--capture", type=Path, metavar="DIR", help="record every exchange, both sides, in DIR")
+    p.add_argument("--capture-redact", action="append", default=[], metavar="JSONPATH", help="also redact this")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -149,6 +154,8 @@ def _run_serve(args: argparse.Namespace) -> int:
             thinking_open=args.thinking_open,
             special_tokens=args.special_tokens,
             display_cleanup=args.display_cleanup,
+            capture=args.capture,
+            capture_redact=args.capture_redact,
         )
     except ConfigError as exc:
         return _fail(str(exc))
@@ -192,12 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_check(sub)
     _add_serve(sub)
+    _add_probe(sub)
+    _add_capture_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except BrokenPipeError:
+        # The reader went away (`oaishim inspect … | head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 

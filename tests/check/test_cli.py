@@ -62,3 +62,9 @@ def test_json_error_body_with_status(tmp_path: Path) -> None:
         json.dumps({"object": "error", "message": "bad", "type": "BadRequestError", "param": None, "code": 400})
     )
     assert main(["check", str(body), "--status", "400"]) == 1
+
+
+def test_a_stream_of_json_that_is_not_chunks_is_reported_not_crashed_on(tmp_path: Path) -> None:
+    body = tmp_path / "odd.sse"
+    body.write_bytes(b'data: {"hello": "world"}\n\ndata: [DONE]\n\n')
+    assert main(["check", str(body)]) == 1  # schema findings, and no ValueError from accumulating nothing

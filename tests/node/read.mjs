@@ -46,9 +46,17 @@ async function run(kind, request) {
     return { text, reasoning, tool_calls: calls, finish_reason: finish };
   }
   if (kind === "chat_helper") {
+    // The helper's snapshot Object.assign()s delta fields it does not know (reasoning_content), so it
+    // keeps only the last piece of the reasoning: a Node client reads it from the chunk events.
     const runner = client.chat.completions.stream({ ...request, stream: true });
+    let reasoning = "";
+    runner.on("chunk", (chunk) => {
+      for (const choice of chunk.choices) {
+        if (choice.index === 0) reasoning += choice.delta?.reasoning_content ?? choice.delta?.reasoning ?? "";
+      }
+    });
     const final = await runner.finalChatCompletion();
-    return fromMessage(final.choices[0].message, final.choices[0].finish_reason);
+    return { ...fromMessage(final.choices[0].message, final.choices[0].finish_reason), reasoning };
   }
   if (kind === "completions") {
     const r = await client.completions.create({ ...request, stream: false });

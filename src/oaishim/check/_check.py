@@ -208,5 +208,8 @@ def _check_stream(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
     for index, parts in pieces.items():
         _eot.check_split_tokens(parts, index, opts, sink)
     dicts = [c for _, c in chunks if isinstance(c, Mapping)]
-    result = accumulate_chat(dicts) if chat else accumulate_completion(dicts)
+    try:
+        result = accumulate_chat(dicts) if chat else accumulate_completion(dicts)
+    except ValueError:
+        return  # no chunk of this endpoint at all (rules a and c said why): no final message to judge
     _final_rules(result, ex.request, opts, sink, chat=chat, streamed=True)

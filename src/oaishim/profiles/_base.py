@@ -33,6 +33,10 @@ class Profile:
         turns usage on at this backend, so the gateway sends ``include_usage: false`` explicitly.
       tool_call_type_required: history tool calls need ``type: "function"``.
       request_hooks: small named edits that are not expressible as data.
+      auto_tools_refusal: a phrase of the backend's 400 answer to ``tool_choice: "auto"`` when it
+        was started without a tool-call parser (vLLM without ``--enable-auto-tool-choice``). With
+        text repair on, the gateway then resends the request with ``tool_choice: "none"`` (the
+        template still lists the tools) and parses the calls written as text itself.
     Response side:
       splits_reasoning: the backend's default start runs a reasoning parser (``<think>`` already
         split out). Informational (probe reports): the gateway's splitter runs regardless, since a
@@ -51,6 +55,7 @@ class Profile:
     usage_on_empty_stream_options: bool = False
     tool_call_type_required: bool = False
     request_hooks: tuple[tuple[str, RequestHook], ...] = ()
+    auto_tools_refusal: str | None = None
     splits_reasoning: bool = True
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
     server_header: str | None = None

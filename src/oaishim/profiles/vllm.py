@@ -11,8 +11,10 @@ Wire quirks (``shared/docs/backend-quirks.md`` §1 row; source file; issue), req
     (Nov 2025) reads ``reasoning``. Recorded 0.32 ``s3x_tokenize_hist*``: ``reasoning`` is rendered
     as ``<think>…</think>``, ``reasoning_content`` is dropped.
   * V-5 tools without ``--enable-auto-tool-choice --tool-call-parser`` → 400 for ``tool_choice:auto``
-    (langchain4j #3475); V-6 ``tools: []`` → 400 in 2026 (PR #39780); V-3 ``tool_calls: null`` in
-    history → 500 in old versions (#16678). (Request transforms, not profile data.)
+    (langchain4j #3475; recorded 0.32 ``s1_tools_auto``; also when ``tool_choice`` is left out): the
+    gateway resends with ``tool_choice: "none"`` and parses the calls itself (``auto_tools_refusal``).
+    V-6 ``tools: []`` → 400 in 2026 (PR #39780); V-3 ``tool_calls: null`` in history → 500 in old
+    versions (#16678). (Request transforms, not profile data.)
   * V-9/V-10 ``max_tokens``: chat default = rest of the context, completions default 16;
     ``max_completion_tokens`` preferred in 2026. V-11 sampling defaults come from the model's
     ``generation_config.json``, not OpenAI's 1.0.
@@ -41,6 +43,11 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 
+# vLLM's 400 for tool_choice "auto" (explicit, or the default with tools) without a tool-call parser
+# (V-5): '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+# matched in the raw body, where the quotes are escaped.
+AUTO_TOOLS_REFUSAL = "tool choice requires --enable-auto-tool-choice"
+
 FORBID_ERA = Profile(
     name="vllm",
     version="<0.6.5",
@@ -57,6 +64,7 @@ FORBID_ERA = Profile(
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
+    auto_tools_refusal=AUTO_TOOLS_REFUSAL,
 )
 
 ALLOW_ERA = Profile(
@@ -74,6 +82,7 @@ ALLOW_ERA = Profile(
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    auto_tools_refusal=AUTO_TOOLS_REFUSAL,
 )
 
 LAYOUT_2026 = Profile(
@@ -90,6 +99,7 @@ LAYOUT_2026 = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning",),
+    auto_tools_refusal=AUTO_TOOLS_REFUSAL,
 )
 
 FAMILY = Family(

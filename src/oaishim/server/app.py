@@ -32,13 +32,21 @@ from oaishim.server.asgi import (
 )
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.recording import Recorder, open_upstream, recording_for
 from oaishim.server.upstream import Upstreams, chunks
 from oaishim.transform import response as normalize
 from oaishim.transform.context import ResponseContext, ToolChoiceMode
 from oaishim.transform.repair import RepairPlan, plan_tool_names
 from oaishim.transform.request import Endpoint, PreparedRequest, prepare
 from oaishim.transform.validate import validate
-from oaishim.wire.errors import OpenAIError, bad_request, not_found, too_large, unauthorized
+from oaishim.wire.errors import (
+    OpenAIError,
+    bad_request,
+    normalize_upstream_error,
+    not_found,
+    too_large,
+    unauthorized,
+)
 
 log = logging.getLogger("oaishim.gateway")
 ENDPOINTS: dict[str, Endpoint] = {
@@ -109,13 +117,18 @@ class Gateway:
         self.upstreams = Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
         self.started = int(time.time())
+        self.recording = recording_for(settings)  # None unless --capture DIR
 
     # -- lifespan ----------------------------------------------------------------------------
     async def startup(self) -> None:
+        if self.recording is not None:
+            self.recording.start()
         await self.upstreams.start()
 
     async def shutdown(self) -> None:
         await self.upstreams.close()
+        if self.recording is not None:
+            self.recording.close()
 
     async def profile_for(self, route: ModelRoute) -> Profile:
         cached = self.profiles.get(route.name)
@@ -152,12 +165,18 @@ class Gateway:
             return
         if scope["type"] != "http":
             return
+        rec = None if self.recording is None or scope["path"] == "/health" else self.recording.begin(scope)
+        if rec is not None:
+            receive, send = rec.wrap(receive, send)
         try:
-            await self._http(scope, receive, send)
+            await self._http(scope, receive, send, rec)
         except OpenAIError as error:
             await send_error(send, error)
         except ClientGone:
             return
+        finally:
+            if rec is not None:
+                rec.end()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -170,7 +189,7 @@ class Gateway:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None) -> None:
         method, path = scope["method"], scope["path"]
         if path == "/health" and method == "GET":
             await send_json(send, 200, {"status": "ok"})
@@ -178,11 +197,11 @@ class Gateway:
         if not self.keys.allows(header(scope, b"authorization"), header(scope, b"api-key")):
             raise unauthorized()
         if method == "POST" and path in ENDPOINTS:
-            await self._openai(ENDPOINTS[path], path, scope, receive, send)
+            await self._openai(ENDPOINTS[path], path, scope, receive, send, rec)
         elif method == "GET" and path == "/v1/models":
             await self._models(send)
         else:
-            await self._passthrough(scope, receive, send)
+            await self._passthrough(scope, receive, send, rec)
 
     async def _body(self, receive: Receive) -> bytes:
         try:
@@ -190,7 +209,9 @@ class Gateway:
         except BodyTooLarge:
             raise too_large(self.settings.max_body_bytes) from None
 
-    async def _openai(self, endpoint: Endpoint, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _openai(
+        self, endpoint: Endpoint, path: str, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None
+    ) -> None:
         raw = await self._body(receive)
         try:
             body = orjson.loads(raw)
@@ -208,10 +229,12 @@ class Gateway:
                 )
             raise bad_request("you must provide a model parameter", param="model")
         validate(endpoint, body)  # before detection, which would reach the backend for a refused request
-        prepared = prepare(endpoint, body, await self.profile_for(route), upstream_model=route.upstream_model)
+        profile = await self.profile_for(route)
+        prepared = prepare(endpoint, body, profile, upstream_model=route.upstream_model)
         ctx = response_context(endpoint, prepared, self.settings)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
-        await relay.watching_client(receive, self._exchange(route, path, endpoint, prepared, ctx, send, extra))
+        work = self._exchange(route, path, endpoint, prepared, ctx, send, extra, profile, rec)
+        await relay.watching_client(receive, work)
 
     async def _exchange(
         self,
@@ -222,13 +245,33 @@ class Gateway:
         ctx: ResponseContext,
         send: Send,
         extra: Headers,
+        profile: Profile,
+        rec: Recorder | None = None,
     ) -> None:
-        response = await self.upstreams.open(route, "POST", path, orjson.dumps(prepared.body))
+        if rec is not None:
+            rec.raw.profile = profile.name
+        response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(prepared.body))
+        refusal = profile.auto_tools_refusal
+        parses_tools = ctx.repair is not None and ctx.repair.tools
+        if response.status == 400 and refusal and parses_tools and prepared.tool_choice == "auto":
+            # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5); the
+            # gateway parses tool calls written as text, so it asks again with "none".
+            try:
+                raw = b"".join([piece async for piece in chunks(response)])
+            finally:
+                response.release()
+            if refusal.encode() not in raw:
+                await send_error(send, normalize_upstream_error(400, raw, context_param=ctx.context_param), extra)
+                return
+            log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
+            body = {**prepared.body, "tool_choice": "none"}
+            response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(body))
+        tap = rec.upstream_read if rec is not None else None
         try:
             if prepared.stream:
-                await relay.relay_stream(response, ctx, send, extra)
+                await relay.relay_stream(response, ctx, send, extra, tap)
             else:
-                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra)
+                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra, tap)
         finally:
             response.release()
 
@@ -250,7 +293,7 @@ class Gateway:
         ]
         await send_json(send, 200, {"object": "list", "data": cards})
 
-    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _passthrough(self, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None) -> None:
         """Any other path (/tokenize, /version, …) goes to the first model's backend as it is."""
         if not self.settings.models:
             raise OpenAIError(404, f"Invalid URL ({scope['method']} {scope['path']})", "invalid_request_error")
@@ -258,7 +301,9 @@ class Gateway:
         query = scope.get("query_string", b"")
         target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
         content_type = header(scope, b"content-type")
-        response = await self.upstreams.open(
+        response = await open_upstream(
+            self.upstreams,
+            rec,
             self.settings.models[0],
             scope["method"],
             target,
@@ -272,7 +317,7 @@ class Gateway:
                 if k.lower().encode() not in HOP_BY_HOP
             ]
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            async for piece in chunks(response):
+            async for piece in chunks(response, rec.upstream_read if rec is not None else None):
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:

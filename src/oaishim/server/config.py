@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oaishim.capture.redact import parse_path
 from oaishim.profiles import get_profile
 from oaishim.transform.context import ReasoningField
 from oaishim.transform.special import SpecialTokens, load_special_tokens
@@ -57,6 +58,8 @@ class Settings:
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
+    capture_dir: Path | None = None  # record every exchange there (oaishim.capture)
+    capture_redact: tuple[str, ...] = ()  # JSON paths redacted in the records, beyond keys and cookies
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def route(self, model: str | None) -> ModelRoute | None:
@@ -178,6 +181,8 @@ def build_settings(
     thinking_open: bool | None = None,
     special_tokens: Path | None = None,
     display_cleanup: bool | None = None,
+    capture: Path | None = None,
+    capture_redact: Sequence[str] = (),
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -228,6 +233,13 @@ def build_settings(
         if display_cleanup is not None
         else _bool(_env("DISPLAY_CLEANUP") or data.get("display_cleanup", False), "display_cleanup")
     )
+    capture_dir = capture or (Path(p) if (p := _env("CAPTURE") or data.get("capture")) else None)
+    redact = tuple(capture_redact) or _keys(_env("CAPTURE_REDACT") or data.get("capture_redact", []), "capture_redact")
+    for path in redact:
+        try:
+            parse_path(path)
+        except ValueError as exc:
+            raise ConfigError(f"capture_redact: {exc}") from None
     port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
     return Settings(
         models=routes,
@@ -244,4 +256,6 @@ def build_settings(
         connect_timeout=_number(data.get("connect_timeout", 10.0), "connect_timeout", float, 1e-3),
         first_byte_timeout=_number(data.get("first_byte_timeout", 600.0), "first_byte_timeout", float, 1e-3),
         idle_timeout=_number(data.get("idle_timeout", 300.0), "idle_timeout", float, 1e-3),
+        capture_dir=capture_dir,
+        capture_redact=redact,
     )

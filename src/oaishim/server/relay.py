@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 
 from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
-from oaishim.server.upstream import chunks
+from oaishim.server.upstream import Tap, chunks
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.stream import StreamNormalizer
 from oaishim.wire.errors import OpenAIError, normalize_upstream_error
@@ -29,16 +29,21 @@ Normalize = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
 SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
-async def _read_all(response: aiohttp.ClientResponse) -> bytes:
+async def _read_all(response: aiohttp.ClientResponse, tap: Tap | None = None) -> bytes:
     """The whole body; a broken or idle upstream raises OpenAIError (``response.read()`` would raise
     aiohttp's own errors, which reach the client as a bare 500)."""
-    return b"".join([chunk async for chunk in chunks(response)])
+    return b"".join([chunk async for chunk in chunks(response, tap)])
 
 
 async def relay_plain(
-    response: aiohttp.ClientResponse, ctx: ResponseContext, normalize: Normalize, send: Send, extra: Headers
+    response: aiohttp.ClientResponse,
+    ctx: ResponseContext,
+    normalize: Normalize,
+    send: Send,
+    extra: Headers,
+    tap: Tap | None = None,
 ) -> None:
-    raw = await _read_all(response)
+    raw = await _read_all(response, tap)
     if response.status >= 400:
         await send_error(send, normalize_upstream_error(response.status, raw, context_param=ctx.context_param), extra)
         return
@@ -84,28 +89,47 @@ async def _client_gone(receive: Receive) -> None:
 async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
     """Run ``work`` (open the upstream request and relay its answer) until it ends or the client
     goes away, whichever comes first. On a disconnect the work is cancelled, which closes the
-    upstream connection at once: that is what frees the GPU, for plain requests and streams alike."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_client_gone(receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
-            log.info("client went away; closing the upstream request")
+    upstream connection at once: that is what frees the GPU, for plain requests and streams alike.
+
+    The work runs in the calling task and the watcher cancels that task: a second task per request
+    and ``asyncio.wait`` cost more than a small plain request's own relaying (bench/README.md)."""
+    current = asyncio.current_task()
+    assert current is not None
+    task: asyncio.Task[Any] = current
+    finished = gone = False
+
+    def client_gone(_: object) -> None:
+        nonlocal gone
+        if not finished:  # the work is still running (callbacks run between its steps)
+            gone = True
             task.cancel()
+
+    watcher = asyncio.ensure_future(_client_gone(receive))
+    watcher.add_done_callback(client_gone)
+    try:
+        await work  # what the work raises (an OpenAIError becomes the client's error) goes up as it is
+    except asyncio.CancelledError:
+        if not gone or task.uncancel() > 0:  # not ours alone: the server is shutting down
+            raise
+        log.info("client went away; closed the upstream request")
+    else:
+        if gone:  # the work swallowed our cancel: take it back, or a later timeout in this task misfires
+            task.uncancel()
+    finally:
+        finished = True
+        watcher.remove_done_callback(client_gone)
         watcher.cancel()
-        for pending in (task, watcher):
-            with contextlib.suppress(asyncio.CancelledError):
-                await pending
-    if not task.cancelled():
-        task.result()  # re-raise what the work raised (an OpenAIError becomes the client's error)
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
-async def relay_stream(response: aiohttp.ClientResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
+async def relay_stream(
+    response: aiohttp.ClientResponse, ctx: ResponseContext, send: Send, extra: Headers, tap: Tap | None = None
+) -> None:
     if response.status >= 400:
         await send_error(
             send,
-            normalize_upstream_error(response.status, await _read_all(response), context_param=ctx.context_param),
+            normalize_upstream_error(response.status, await _read_all(response, tap), context_param=ctx.context_param),
             extra,
         )
         return
@@ -115,7 +139,7 @@ async def relay_stream(response: aiohttp.ClientResponse, ctx: ResponseContext, s
     tail: list[bytes] = []
     try:
         if not is_sse:
-            raw = await response.read()
+            raw = await _read_all(response, tap)
             try:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -124,7 +148,7 @@ async def relay_stream(response: aiohttp.ClientResponse, ctx: ResponseContext, s
             tail += normalizer.feed("[DONE]") + normalizer.flush()
         else:
             decoder = SSEDecoder()
-            async for piece in chunks(response):
+            async for piece in chunks(response, tap):
                 out: list[bytes] = []
                 for event in decoder.feed(piece):
                     out += normalizer.feed(event.data)

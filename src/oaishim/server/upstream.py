@@ -9,15 +9,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
+from aiohttp.typedefs import LooseHeaders
 
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.wire.errors import OpenAIError
 
 log = logging.getLogger("oaishim.upstream")
+Tap = Callable[[bytes], None]  # sees each piece of a body as it is read, then b"" at its end
+
+
+# Headers aiohttp would add on its own; a request sent with the client's headers gets only those.
+_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
+KEEPALIVE_SECONDS = 4.0
 
 
 @dataclass(slots=True)
@@ -44,7 +51,11 @@ class Upstreams:
         self.replicas = {route.name: Replicas(route) for route in settings.models}
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        # An idle connection is dropped before the backend would drop it: llama.cpp (cpp-httplib),
+        # uvicorn and Node close idle keep-alive connections after 5 s (aiohttp keeps them 15 s).
+        connector = aiohttp.TCPConnector(
+            limit=0, ttl_dns_cache=300, enable_cleanup_closed=True, keepalive_timeout=KEEPALIVE_SECONDS
+        )
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.idle_timeout
         )
@@ -72,35 +83,47 @@ class Upstreams:
         path: str,
         body: bytes | None,
         content_type: str | None = "application/json",
+        headers: LooseHeaders | None = None,
     ) -> aiohttp.ClientResponse:
         """Send one request, trying the replicas in turn while connecting fails; return once the
-        response headers are in (the first-byte timeout covers that wait)."""
+        response headers are in (the first-byte timeout covers that wait). ``headers``, when given,
+        are sent as they are instead of the gateway's own (the capture proxy forwards the client's)."""
         assert self.session is not None, "Upstreams.start() was not awaited"
         last: Exception | None = None
         for base in self.replicas[route.name].order():
-            try:
-                async with asyncio.timeout(self.settings.first_byte_timeout):
-                    return await self.session.request(
-                        method,
-                        base + path,
-                        data=body,
-                        headers=self._headers(route, content_type),
-                        allow_redirects=False,
-                    )
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-                log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
-                last = exc
-            except TimeoutError as exc:
-                raise OpenAIError(
-                    504,
-                    f"the upstream did not answer within {self.settings.first_byte_timeout:g} s",
-                    "server_error",
-                    code="upstream_timeout",
-                ) from exc
-            except aiohttp.ClientError as exc:  # not HTTP at all, a broken status line, a reset
-                raise OpenAIError(
-                    502, f"the upstream answered with no valid HTTP response ({type(exc).__name__})", "server_error"
-                ) from exc
+            for _try in (1, 2):
+                try:
+                    async with asyncio.timeout(self.settings.first_byte_timeout):
+                        return await self.session.request(
+                            method,
+                            base + path,
+                            data=body,
+                            headers=self._headers(route, content_type) if headers is None else headers,
+                            skip_auto_headers=None if headers is None else _AUTO_HEADERS,
+                            allow_redirects=False,
+                        )
+                except aiohttp.ClientConnectorError as exc:
+                    log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
+                    last = exc
+                    break
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                    # A pooled keep-alive connection the backend closed just as it was reused (the
+                    # request never reached it): once more on this replica, then the next one.
+                    log.warning("replica %s closed the connection (%s)", base, type(exc).__name__)
+                    last = exc
+                except TimeoutError as exc:
+                    raise OpenAIError(
+                        504,
+                        f"the upstream did not answer within {self.settings.first_byte_timeout:g} s",
+                        "server_error",
+                        code="upstream_timeout",
+                    ) from exc
+                except aiohttp.ClientError as exc:  # not HTTP at all, a broken status line
+                    raise OpenAIError(
+                        502,
+                        f"the upstream answered with no valid HTTP response ({type(exc).__name__})",
+                        "server_error",
+                    ) from exc
         raise OpenAIError(
             502,
             f"no upstream replica could be reached ({type(last).__name__})",
@@ -109,11 +132,15 @@ class Upstreams:
         )
 
 
-async def chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> AsyncIterator[bytes]:
     """The body as it arrives; an idle upstream (no byte within the idle timeout) raises OpenAIError."""
     try:
         async for chunk in response.content.iter_any():
+            if tap is not None:
+                tap(chunk)
             yield chunk
+        if tap is not None:
+            tap(b"")
     except TimeoutError as exc:
         raise OpenAIError(
             504, "the upstream went idle in the middle of the response", "server_error", code="upstream_timeout"

@@ -60,15 +60,31 @@ class StreamNormalizer:
     def __init__(self, ctx: ResponseContext) -> None:
         self.ctx = ctx
         self.choices: dict[int, _Choice] = {}
+        self._numbered = 0  # output indices given so far: in the order choices open, from 0
         self.usage: dict[str, Any] | None = None
         self.done = False  # upstream sent [DONE]
         self.ended = False  # we sent [DONE] or an error event
         self._extra: dict[str, Any] = {}  # --keep-extensions: the current upstream chunk's own keys
         self._choice_extra: dict[str, Any] = {}
+        envelope = orjson.dumps(
+            {
+                "id": ctx.response_id,
+                "object": "chat.completion.chunk" if ctx.chat else "text_completion",
+                "created": ctx.created,
+                "model": ctx.model,
+            }
+        )
+        self._head = b"data: " + envelope[:-1] + b',"choices":'
+        # the chat spec: usage null on every chunk but the last (legacy: not nullable)
+        self._tail = b',"usage":null}\n\n' if ctx.include_usage and ctx.chat else b"}\n\n"
 
     # -- framing ---------------------------------------------------------------------------
     def _chunk(self, choices: list[dict[str, Any]], usage: Any = ...) -> bytes:
         ctx = self.ctx
+        if usage is ... and not self._extra:
+            # The common chunk: the envelope is the same every time, so it is rendered once and
+            # only the choices are serialised (the same bytes orjson gives for the whole dict).
+            return self._head + orjson.dumps(choices) + self._tail
         chunk: dict[str, Any] = {
             "id": ctx.response_id,
             "object": "chat.completion.chunk" if ctx.chat else "text_completion",
@@ -108,15 +124,15 @@ class StreamNormalizer:
             return self.fail(
                 OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
             )
-        if not isinstance(chunk, Mapping):
+        if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
             return []
-        if is_error_body(chunk):
+        if "choices" not in chunk and is_error_body(chunk):
             return self.fail(normalize_upstream_error(200, chunk))
         if self.ctx.keep_extensions:
             self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
         out: list[bytes] = []
         for choice in chunk.get("choices") or []:
-            if isinstance(choice, Mapping) and isinstance(choice.get("index"), int):
+            if isinstance(choice, dict) and isinstance(choice.get("index"), int):
                 if self.ctx.keep_extensions:
                     self._choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS}
                 out.extend(self._choice(choice))
@@ -129,7 +145,7 @@ class StreamNormalizer:
         state = self.choices.get(upstream_index)
         if state is None:
             repair = TextRepair(self.ctx.repair) if self.ctx.repair is not None and self.ctx.repair.active else None
-            state = self.choices[upstream_index] = _Choice(len(self.choices), repair)
+            state = self.choices[upstream_index] = _Choice(-1, repair)
         return state
 
     def _choice(self, choice: Mapping[str, Any]) -> list[bytes]:
@@ -152,8 +168,17 @@ class StreamNormalizer:
         return out
 
     # -- emitting official deltas ------------------------------------------------------------
+    def _number(self, state: _Choice) -> None:
+        """Give a choice its output index when it opens: the official stream opens 0, 1, ... in order,
+        while a backend may open choice 1 first (llama.cpp sends empty role chunks per slot, then the
+        text of whichever slot runs first)."""
+        if state.index < 0:
+            state.index = self._numbered
+            self._numbered += 1
+
     def _open(self, state: _Choice, kind: str) -> list[bytes]:
         """The role chunk, shaped by what comes first: text, a refusal, or reasoning/a tool call."""
+        self._number(state)
         if state.state != "waiting" or not self.ctx.chat:
             state.state = "open" if state.state == "waiting" else state.state
             return []
@@ -261,6 +286,7 @@ class StreamNormalizer:
         text = choice.get("text")
         if not isinstance(text, str) or not text:
             return []
+        self._number(state)
         state.state = "open"
         lp = None
         if self.ctx.logprobs:
@@ -277,6 +303,11 @@ class StreamNormalizer:
         out: list[bytes] = []
         if state.repair is not None:
             tail = state.repair.flush()
+            if any(c.opened for c in state.calls.values()):
+                # whitespace held back before the backend's own tool calls (vLLM's hermes parser sends
+                # the "\n\n" before <tool_call> as content) is framing, as in the text parser: not
+                # content sent after the calls
+                tail = [p for p in tail if not (isinstance(p, Text) and p.kind == "content" and not p.text.strip())]
             if self.ctx.chat:
                 out += self._pieces(state, tail)
             else:
@@ -288,6 +319,7 @@ class StreamNormalizer:
         for call in state.calls.values():
             if not call.opened and call.pending_args:  # a call that never got its name: give its text back
                 out += self._content(state, call.pending_args)
+        self._number(state)
         made_calls = any(c.opened for c in state.calls.values())
         reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
         state.state = "finished"
@@ -299,11 +331,12 @@ class StreamNormalizer:
     @property
     def stopped(self) -> bool:
         """Every choice is finished and a stop string ended one at the gateway: close the upstream."""
-        return (
-            bool(self.choices)
-            and all(c.state == "finished" for c in self.choices.values())
-            and any(c.repair is not None and c.repair.stopped for c in self.choices.values())
-        )
+        # Asked before and after every upstream event: a loop, so the usual answer (a choice is
+        # still open) costs no generator.
+        for c in self.choices.values():
+            if c.state != "finished":
+                return False
+        return any(c.repair is not None and c.repair.stopped for c in self.choices.values())
 
     def fail(self, error: OpenAIError) -> list[bytes]:
         """End the stream with an error event (once)."""
@@ -317,9 +350,9 @@ class StreamNormalizer:
         """End of the upstream stream: close it the official way, or fail it loudly."""
         if self.ended:
             return []
-        unfinished = [c for c in self.choices.values() if c.state != "finished"]
+        unfinished = [i for i, c in self.choices.items() if c.state != "finished"]  # upstream indices
         if unfinished or not self.choices:
-            what = "before any choice" if not self.choices else f"before choice {unfinished[0].index} finished"
+            what = "before any choice" if not self.choices else f"before choice {unfinished[0]} finished"
             return self.fail(OpenAIError(502, f"the upstream stream ended {what}", "server_error"))
         out: list[bytes] = []
         if self.ctx.include_usage and self.usage is not None:

@@ -140,6 +140,18 @@ class SSEDecoder:
                 text = text[1:]
         if not text:
             return events
+        if (
+            text[-2:] == "\n\n"
+            and text.startswith("data: ")
+            and text.find("\n") == len(text) - 2
+            and not (self._partial or self._data or self._event or self._retry is not None)
+            and "\r" not in text
+        ):
+            # The usual read: exactly one "data: …" line and its blank line, nothing pending.
+            # What the rules below give for it, without splitting into lines.
+            self._skip_lf = False
+            events.append(SSEEvent(text[6:-2], "", self._last_id, None))
+            return events
         self._skip_lf = text[-1] == "\r"
         # Most streams use LF only, and str.split is much faster than the regex.
         lines = _LINE_END.split(text) if "\r" in text else text.split("\n")

@@ -1,0 +1,356 @@
+"""The whole comparison in one run: every path against the same synthetic upstream, in rounds.
+
+Each round starts each path afresh (timing its start-up), warms it, then measures: plain requests
+at concurrency 1 and 32 (wrk), time to first token on streams (loadgen, sequential), CPU per
+streamed chunk (two stream runs that differ only in length, so the per-request cost cancels), and
+memory idle and with 500 streams held open. Added figures are the path's minus the direct path's
+from the same round; the result is the median over rounds, with the min and max as the spread.
+
+    .venv/bin/python bench/compare.py [--rounds 3] [--label before] [--paths direct,oaishim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paths
+import procstat
+import report
+from loadgen import request_body
+
+ROOT = paths.ROOT
+PY = str(ROOT / ".venv/bin/python")
+BENCH = ROOT / "bench"
+PLAIN_TOKENS = 128  # a plain answer of ~1.3 KB
+SHORT, LONG = 16, 144  # the two stream lengths whose CPU difference gives the cost per chunk
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def post(url: str, body: bytes, timeout: float = 5.0) -> int:
+    host, _, rest = url.removeprefix("http://").partition("/")
+    conn = http.client.HTTPConnection(host, timeout=timeout)
+    try:
+        conn.request(
+            "POST", "/" + rest, body, {"content-type": "application/json", "authorization": f"Bearer {paths.KEY}"}
+        )
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+@dataclass
+class Running:
+    name: str
+    url: str  # the chat completions URL clients use
+    proc: subprocess.Popen[bytes] | None
+    start_s: float | None
+
+    def pids(self) -> list[int]:
+        return procstat.tree(self.proc.pid) if self.proc is not None else []
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the child we started, nothing else
+            self.proc.wait()
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="oaishim-bench-"))
+        self.upstream_port = free_port()
+        self.upstream = f"http://127.0.0.1:{self.upstream_port}"
+        self.upstream_proc: subprocess.Popen[str] | None = None
+        self.sources: dict[str, Path] = {}
+        if args.oaishim_src is not None:
+            self.sources |= {"oaishim": args.oaishim_src, "oaishim_capture": args.oaishim_src}
+        if args.before_src is not None:
+            self.sources["oaishim_before"] = args.before_src
+
+    # -- processes -------------------------------------------------------------------------------
+    def start_upstream(self) -> None:
+        self.upstream_proc = subprocess.Popen(
+            [PY, str(BENCH / "upstream.py"), str(self.upstream_port)], stdout=subprocess.PIPE, text=True
+        )
+        assert self.upstream_proc.stdout is not None
+        if self.upstream_proc.stdout.readline().strip() != "ready":
+            raise SystemExit("the synthetic upstream did not start")
+
+    def mode(self, gap_ms: float = 0.0, hold: bool = False) -> None:
+        post(self.upstream + "/_bench/mode", orjson.dumps({"gap_ms": gap_ms, "hold": hold}))
+
+    def release(self) -> None:
+        post(self.upstream + "/_bench/release", b"{}")
+
+    def start(self, name: str) -> Running:
+        if name == "direct":
+            return Running(name, self.upstream + "/v1/chat/completions", None, None)
+        port = free_port()
+        tmp = Path(tempfile.mkdtemp(prefix=name + "-", dir=self.tmp))
+        spec = paths.launch(name, self.upstream, port, tmp, self.sources)
+        log = open(tmp / "log", "wb")  # noqa: SIM115  (closed with the directory)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        probe = request_body(4, False)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=log, stderr=log, start_new_session=True)
+        while True:  # ready = the first proxied chat completion answered 200
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if post(url, probe, timeout=2) == 200:
+                    break
+            if proc.poll() is not None or time.perf_counter() - t0 > 180:
+                raise RuntimeError(f"{name} did not start; see {tmp / 'log'}: {(tmp / 'log').read_text()[-2000:]}")
+            time.sleep(0.01)
+        return Running(name, url, proc, time.perf_counter() - t0)
+
+    # -- load ------------------------------------------------------------------------------------
+    def wrk(self, url: str, connections: int, seconds: float) -> dict[str, Any]:
+        env = {**os.environ, "BENCH_BODY": request_body(PLAIN_TOKENS, False).decode()}
+        out = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(BENCH / "wrk.lua"), url],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return json.loads(out.strip().splitlines()[-1])
+
+    def loadgen(self, *argv: str) -> dict[str, Any]:
+        out = subprocess.run([PY, str(BENCH / "loadgen.py"), *argv], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def hold(self, run: Running, count: int) -> tuple[int, int]:
+        """Open ``count`` streams that stay open after their first token; (streams open, RSS kB then)."""
+        self.mode(hold=True)
+        gen = subprocess.Popen(
+            [PY, str(BENCH / "loadgen.py"), "hold", run.url, "--requests", str(count)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert gen.stdin is not None and gen.stdout is not None
+        opened = int(gen.stdout.readline().split()[1])
+        time.sleep(0.5)
+        rss = procstat.rss_kb(run.pids())
+        gen.stdin.write("\n")
+        gen.stdin.flush()
+        gen.wait(60)
+        self.release()
+        self.mode()
+        return opened, rss
+
+    # -- one path, one round ---------------------------------------------------------------------
+    def measure(self, name: str) -> dict[str, Any]:
+        a = self.args
+        t = time.perf_counter()
+
+        def lap(what: str) -> None:
+            nonlocal t
+            if a.verbose:
+                print(f"  {what}: {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+            t = time.perf_counter()
+
+        run = self.start(name)
+        try:
+            lap("start")
+            pids = run.pids
+            fresh = procstat.rss_kb(pids())
+            self.mode()
+            self.wrk(run.url, 4, 1)
+            self.loadgen("streams", run.url, "--requests", "32", "--concurrency", "4", "--tokens", str(SHORT))
+            time.sleep(0.3)
+            lap("warm-up")
+            m: dict[str, Any] = {"start_s": run.start_s, "rss_fresh_kb": fresh, "rss_idle_kb": procstat.rss_kb(pids())}
+            for c in (1, 32):
+                cpu0 = procstat.cpu_seconds(pids())
+                m[f"c{c}"] = self.wrk(run.url, c, a.duration)
+                m[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+                lap(f"plain c{c}")
+            self.mode(gap_ms=1)
+            m["ttft"] = self.loadgen("ttft", run.url, "--requests", str(a.ttft_requests), "--tokens", "8")
+            lap("ttft")
+            for tokens in (SHORT, LONG):
+                cpu0 = procstat.cpu_seconds(pids())
+                got = self.loadgen("streams", run.url, "--requests", str(a.streams), "--concurrency", "16",
+                                   "--tokens", str(tokens))  # fmt: skip
+                got["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+                m[f"streams{tokens}"] = got
+                lap(f"streams of {tokens}")
+            self.mode()
+            if run.proc is not None:
+                time.sleep(0.3)
+                m["rss_before_hold_kb"] = procstat.rss_kb(pids())
+                m["hold_open"], m["rss_hold_kb"] = self.hold(run, a.hold)
+                lap(f"{m['hold_open']} streams held")
+            return m
+        finally:
+            run.stop()
+
+    def run(self) -> dict[str, Any]:
+        names = [n for n in self.args.paths.split(",") if n]
+        if "oaishim_before" in self.sources and "oaishim_before" not in names:
+            names.append("oaishim_before")
+        skipped = {n: why for n in names if (why := paths.unavailable(n, self.sources))}
+        live = [n for n in names if n not in skipped]
+        if "direct" not in live:
+            raise SystemExit("the direct path is the baseline; it must be measured")
+        self.start_upstream()
+        rounds: list[dict[str, Any]] = []
+        failed: dict[str, str] = {}
+        load: list[list[float]] = [list(os.getloadavg())]
+        t0 = time.perf_counter()
+        try:
+            for r in range(self.args.rounds):
+                order = live[r % len(live) :] + live[: r % len(live)]  # no path always runs first
+                results: dict[str, Any] = {}
+                for name in order:
+                    if name in failed:
+                        continue
+                    print(f"round {r + 1}/{self.args.rounds}: {name}", file=sys.stderr, flush=True)
+                    try:
+                        results[name] = self.measure(name)
+                    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+                        if name == "direct":
+                            raise
+                        print(f"  {name} failed, left out: {exc}", file=sys.stderr, flush=True)
+                        failed[name] = f"failed in round {r + 1}: {str(exc)[:300]}"
+                rounds.append(results)
+                load.append(list(os.getloadavg()))
+        finally:
+            if self.upstream_proc is not None:
+                self.upstream_proc.terminate()
+                self.upstream_proc.wait()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        for results in rounds:  # a path that failed once is left out of every round
+            for name in failed:
+                results.pop(name, None)
+        skipped |= failed
+        meta = {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "label": self.args.label,
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "rounds": self.args.rounds,
+            "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
+            "loadavg_per_round": load,
+            "versions": _versions(),
+            "skipped": skipped,
+            "oaishim_src": {n: str(self.sources.get(n, ROOT / "src")) for n in names if n.startswith("oaishim")},
+            "params": {
+                "duration_s": self.args.duration,
+                "plain_tokens": PLAIN_TOKENS,
+                "ttft_requests": self.args.ttft_requests,
+                "streams": self.args.streams,
+                "stream_concurrency": 16,
+                "stream_lengths": [SHORT, LONG],
+                "chunk_gap_ms": 1,
+                "hold_streams": self.args.hold,
+            },
+        }
+        result = report.summarise(rounds, meta, names)
+        result["micro"] = self.micro(self.sources.get("oaishim"))
+        if "oaishim_before" in self.sources:
+            result["micro_before"] = self.micro(self.sources["oaishim_before"])
+        return result
+
+    def micro(self, src: Path | None) -> dict[str, Any]:
+        """The gateway's pure work in CPU time (bench/micro.py): steadier than the end-to-end
+        figures when other jobs share the machine."""
+        env = {**os.environ}
+        if src is not None:
+            env["PYTHONPATH"] = str(src)
+        out = subprocess.run([PY, str(BENCH / "micro.py")], capture_output=True, text=True, check=True, env=env)
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def _first_line(*argv: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+    except OSError:
+        return "absent"
+    return (done.stdout + done.stderr).strip().split("\n")[0].split(" [")[0]
+
+
+def _versions() -> dict[str, str]:
+    def cmd(*argv: str) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+        except OSError:
+            return "absent"
+        return (done.stdout + done.stderr).strip().splitlines()[-1] if (done.stdout + done.stderr).strip() else "?"
+
+    git = cmd("git", "-C", str(ROOT), "describe", "--always", "--dirty")
+    return {
+        "oaishim": git,
+        "python": sys.version.split()[0],
+        "nginx": cmd("nginx", "-v"),
+        "wrk": _first_line("wrk", "-v"),
+        "litellm": cmd(
+            str(paths.LITELLM_VENV / "bin/python"), "-c", "import importlib.metadata as m; print(m.version('litellm'))"
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
+    parser.add_argument("--ttft-requests", type=int, default=300)
+    parser.add_argument("--streams", type=int, default=96, help="streams per CPU-per-chunk run")
+    parser.add_argument("--hold", type=int, default=500, help="streams held open for the memory figure")
+    parser.add_argument("--paths", default=",".join(paths.NAMES))
+    parser.add_argument(
+        "--oaishim-src", type=Path, help="run oaishim from this src folder (e.g. a `git archive` of another commit)"
+    )
+    parser.add_argument(
+        "--before-src",
+        type=Path,
+        help="also measure oaishim from this src folder, as oaishim_before, in the same rounds",
+    )
+    parser.add_argument("--label", default="", help="a name for the dated copy (before, after, …)")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("-v", "--verbose", action="store_true", help="time each phase")
+    parser.add_argument("--no-readme", action="store_true", help="leave the table in bench/README.md alone")
+    args = parser.parse_args()
+    if args.oaishim_src is not None:
+        args.oaishim_src = paths.source_folder(args.oaishim_src)
+    if args.before_src is not None:
+        args.before_src = paths.source_folder(args.before_src)
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is not installed (apt-get install wrk); bench/run installs it")
+    result = Bench(args).run()
+    report.write(result, args.out, args.label, readme=None if args.no_readme else BENCH / "README.md")
+
+
+if __name__ == "__main__":
+    main()

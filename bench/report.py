@@ -1,0 +1,215 @@
+"""From the raw figures of every round to ``latest.json``, its dated copy and the Markdown table.
+
+``latest.json`` has one key per path (``direct``, ``nginx``, ``oaishim``, ``oaishim_capture``,
+``litellm``), each holding the medians over rounds in the layout the issue fixes; ``spread`` holds
+the same layout with ``[min, max]``; ``absolute`` the unsubtracted figures; ``meta`` how and where
+it ran. A figure that does not apply (the direct path has no proxy process) or a path that could not
+run is ``null``, and ``meta.skipped`` says why.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+GOALS = {  # the issue's goals, shown beside the figures (goals, not assertions)
+    "latency": "≤ 1/10 LiteLLM, ≤ 2× nginx",
+    "cpu_us_per_chunk": "≤ 10",
+    "rss_idle_mb": "≤ 80",
+    "rss_per_stream_kb": "≤ 30",
+    "start_s": "≤ 1",
+}
+ROWS = [  # (label, key path, goal key)
+    ("added latency, c1 p50 (ms)", ("added_latency_ms", "c1", "p50"), "latency"),
+    ("added latency, c1 p99 (ms)", ("added_latency_ms", "c1", "p99"), "latency"),
+    ("added latency, c32 p50 (ms)", ("added_latency_ms", "c32", "p50"), "latency"),
+    ("added latency, c32 p99 (ms)", ("added_latency_ms", "c32", "p99"), "latency"),
+    ("added TTFT, stream p50 (ms)", ("ttft_added_ms", "p50"), "latency"),
+    ("added TTFT, stream p99 (ms)", ("ttft_added_ms", "p99"), "latency"),
+    ("CPU per request (µs = ms per 1,000)", ("cpu_us_per_request",), None),
+    ("CPU per streamed chunk (µs)", ("cpu_us_per_chunk",), "cpu_us_per_chunk"),
+    ("RSS idle (MB)", ("rss_idle_mb",), "rss_idle_mb"),
+    ("RSS per open stream (KB)", ("rss_per_stream_kb",), "rss_per_stream_kb"),
+    ("start-up (s)", ("start_s",), "start_s"),
+]
+
+
+PATHS = ("direct", "nginx", "oaishim", "oaishim_capture", "litellm", "oaishim_before")
+
+
+def _pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dict[str, Any]) -> dict[str, Any]:
+    """This round's figures for one path, against the direct path's from the same round."""
+    ttft, ttft0 = m["ttft"]["ttft_us"], base["ttft"]["ttft_us"]
+    out: dict[str, Any] = {
+        "added_latency_ms": {
+            c: {p: (m[c][f"{p}_us"] - base[c][f"{p}_us"]) / 1000 for p in ("p50", "p99")} for c in ("c1", "c32")
+        },
+        "ttft_added_ms": {p: (_pct(ttft, q) - _pct(ttft0, q)) / 1000 for p, q in (("p50", 50), ("p99", 99))},
+        "cpu_us_per_request": None,
+        "cpu_us_per_chunk": None,
+        "rss_idle_mb": None,
+        "rss_per_stream_kb": None,
+        "start_s": None,
+    }
+    if proxy:
+        short, long = params["stream_lengths"]
+        chunks = params["streams"] * (long - short)
+        out |= {
+            "cpu_us_per_request": m["c32"]["cpu_s"] / m["c32"]["requests"] * 1e6,
+            "cpu_us_per_chunk": (m[f"streams{long}"]["cpu_s"] - m[f"streams{short}"]["cpu_s"]) / chunks * 1e6,
+            "rss_idle_mb": m["rss_idle_kb"] / 1024,
+            "rss_per_stream_kb": (m["rss_hold_kb"] - m["rss_before_hold_kb"]) / max(m["hold_open"], 1),
+            "start_s": m["start_s"],
+        }
+    return out
+
+
+def _absolute(m: dict[str, Any], proxy: bool) -> dict[str, Any]:
+    ttft = m["ttft"]["ttft_us"]
+    return {
+        "latency_ms": {c: {p: m[c][f"{p}_us"] / 1000 for p in ("p50", "p99")} for c in ("c1", "c32")},
+        "ttft_ms": {"p50": _pct(ttft, 50) / 1000, "p99": _pct(ttft, 99) / 1000},
+        "requests_per_s": {c: m[c]["requests"] / (m[c]["duration_us"] / 1e6) for c in ("c1", "c32")},
+        "cpu_us_per_request_c1": m["c1"]["cpu_s"] / m["c1"]["requests"] * 1e6 if proxy else None,
+        "rss_fresh_mb": m["rss_fresh_kb"] / 1024 if proxy else None,
+        "streams_held_open": m.get("hold_open"),
+        "errors": m["c1"]["errors"] + m["c1"]["non2xx"] + m["c32"]["errors"] + m["c32"]["non2xx"]
+        + m["ttft"]["errors"] + sum(m[k]["errors"] for k in m if k.startswith("streams")),
+    }  # fmt: skip
+
+
+def _fold(per_round: list[dict[str, Any]], how: Any) -> Any:
+    """The same layout with ``how(values over rounds)`` at each leaf (None stays None)."""
+    first = per_round[0]
+    if isinstance(first, dict):
+        return {k: _fold([r[k] for r in per_round], how) for k in first}
+    values = [v for v in per_round if v is not None]
+    return how(values) if values else None
+
+
+def summarise(rounds: list[dict[str, Any]], meta: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    spread: dict[str, Any] = {}
+    absolute: dict[str, Any] = {}
+    empty = _one_round_empty()
+    for name in names:
+        if name not in rounds[0]:
+            result[name] = empty
+            continue
+        proxy = name != "direct"
+        figures = [_one_round(r[name], r["direct"], proxy, meta["params"]) for r in rounds]
+        result[name] = _fold(figures, statistics.median)
+        spread[name] = _fold(figures, lambda v: [min(v), max(v)])
+        absolute[name] = _fold([_absolute(r[name], proxy) for r in rounds], statistics.median)
+    return {**result, "spread": spread, "absolute": absolute, "meta": meta}
+
+
+def _one_round_empty() -> dict[str, Any]:
+    return {
+        "added_latency_ms": {c: {"p50": None, "p99": None} for c in ("c1", "c32")},
+        "ttft_added_ms": {"p50": None, "p99": None},
+        "cpu_us_per_request": None,
+        "cpu_us_per_chunk": None,
+        "rss_idle_mb": None,
+        "rss_per_stream_kb": None,
+        "start_s": None,
+    }
+
+
+# -- Markdown ---------------------------------------------------------------------------------------
+def _get(tree: Any, keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "—"
+    a = abs(value)
+    return f"{value:.0f}" if a >= 100 else f"{value:.1f}" if a >= 10 else f"{value:.2f}" if a >= 1 else f"{value:.3f}"
+
+
+def _ratio(top: float | None, bottom: float | None) -> str:
+    if top is None or bottom is None or bottom <= 0:
+        return "—"
+    return f"{top / bottom:.2f}×"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    names = [n for n in PATHS if n in result]
+    ours = [n for n in ("oaishim", "oaishim_capture") if n in result and n not in meta["skipped"]]
+    before = "oaishim_before" in result and "oaishim_before" not in meta["skipped"]
+    head = ["figure (median of rounds)", "goal", *names]
+    for n in ours:
+        head += [f"{n} ÷ litellm", f"{n} ÷ nginx"]
+    if before:
+        head.append("oaishim ÷ oaishim_before")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, keys, goal in ROWS:
+        cells = [label, GOALS.get(goal or "", "")]
+        cells += [fmt(_get(result[n], keys)) if n not in meta["skipped"] else "n/a" for n in names]
+        for n in ours:
+            value = _get(result[n], keys)
+            cells += [_ratio(value, _get(result.get("litellm"), keys)), _ratio(value, _get(result.get("nginx"), keys))]
+        if before:
+            cells.append(_ratio(_get(result["oaishim"], keys), _get(result["oaishim_before"], keys)))
+        lines.append("| " + " | ".join(cells) + " |")
+    base = result["absolute"]["direct"]
+    lines += [
+        "",
+        f"Direct baseline (subtracted above): c1 p50 {fmt(base['latency_ms']['c1']['p50'])} ms, "
+        f"c32 p50 {fmt(base['latency_ms']['c32']['p50'])} ms, TTFT p50 {fmt(base['ttft_ms']['p50'])} ms.",
+    ]
+    for key, who in (("micro", "oaishim"), ("micro_before", "oaishim_before")):
+        if key in result:
+            m = result[key]
+            lines.append(
+                f"{who} pure work (bench/micro.py, CPU time, no sockets): {fmt(m['plain_us_per_request'])} µs "
+                f"per plain request, {fmt(m['stream_us_per_chunk'])} µs per streamed chunk."
+            )
+    for name, why in meta["skipped"].items():
+        lines.append(f"{name}: {why}")
+    lines += ["", "Spread (min – max over rounds):", ""]
+    lines += ["| figure | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    for label, keys, _ in ROWS:
+        cells = [label]
+        for n in names:
+            pair = _get(result["spread"].get(n, {}), keys)
+            cells.append(f"{fmt(pair[0])} – {fmt(pair[1])}" if pair else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    load = ", ".join(f"{x[0]:.2f}" for x in meta["loadavg_per_round"])
+    v = meta["versions"]
+    lines += [
+        "",
+        f"{meta['date']}{' (' + meta['label'] + ')' if meta['label'] else ''}: {meta['rounds']} rounds in "
+        f"{meta['wall_s']:.0f} s on {meta['cpus']} × {meta['cpu_model']}; 1-min load average before and after "
+        f"each round: {load}. oaishim {v['oaishim']}, {v['nginx']}, LiteLLM {v['litellm']}, {v['wrk']}, "
+        f"Python {v['python']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict[str, Any], out: Path, label: str, readme: Path | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    data = orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n"
+    table = markdown(result)
+    stamp = time.strftime("%Y-%m-%dT%H%M") + (f"-{label}" if label else "")
+    for stem in ("latest", stamp):
+        (out / f"{stem}.json").write_bytes(data)
+        (out / f"{stem}.md").write_text(table)
+    if readme is not None and readme.exists():
+        text = readme.read_text()
+        block = f"<!-- bench:latest -->\n{table}<!-- /bench:latest -->"
+        readme.write_text(re.sub(r"<!-- bench:latest -->.*?<!-- /bench:latest -->", lambda _: block, text, flags=re.S))
+    print(table)

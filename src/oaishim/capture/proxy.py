@@ -1,0 +1,113 @@
+"""``oaishim capture``: a pure logging proxy (seed 004's tool, made lossless).
+
+Nothing is rewritten. The client's method, target, headers (its ``Authorization`` included) and
+body go to the upstream as they came, minus the connection-level headers HTTP forbids a proxy to
+forward; the upstream's status, headers and body bytes come back the same way, piece by piece as
+they are read, and when the upstream breaks off, so does the client's connection. Only the record
+is redacted. The gateway's own pieces do the work: ``Upstreams`` (pool, timeouts, errors),
+``relay.watching_client`` (a client that leaves closes the upstream) and ``Recorder``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from oaishim.server import relay
+from oaishim.server.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_error
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.recording import Recorder, Recording, open_upstream
+from oaishim.server.upstream import Upstreams, chunks
+from oaishim.wire.errors import OpenAIError, too_large
+
+log = logging.getLogger("oaishim.capture.proxy")
+# Hop-by-hop headers (RFC 9110 §7.6.1) and Host, which names the proxy, not the upstream.
+NOT_FORWARDED = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host"}
+)
+NOT_RETURNED = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+
+
+class UpstreamBroke(Exception):
+    """The upstream broke off after the response started: the client's connection is broken too."""
+
+
+class CaptureProxy:
+    def __init__(self, upstream: str, recording: Recording, settings: Settings | None = None) -> None:
+        self.route = ModelRoute(name="*", upstreams=(upstream,), profile="openai")
+        base = settings or Settings()
+        self.settings = Settings(
+            models=(self.route,),
+            max_body_bytes=base.max_body_bytes,
+            connect_timeout=base.connect_timeout,
+            first_byte_timeout=base.first_byte_timeout,
+            idle_timeout=base.idle_timeout,
+        )
+        self.upstreams = Upstreams(self.settings)
+        self.recording = recording
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        recorder = self.recording.begin(scope)
+        receive, send = recorder.wrap(receive, send)
+        error: str | None = None
+        try:
+            await self._relay(scope, receive, send, recorder)
+        except OpenAIError as exc:  # nothing came from the upstream: the proxy's own answer
+            error = exc.message
+            await send_error(send, exc)
+        except ClientGone:
+            error = "the client went away"
+        except UpstreamBroke as exc:
+            error = str(exc)
+            raise
+        finally:
+            recorder.end(error)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.recording.start()
+                await self.upstreams.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.upstreams.close()
+                self.recording.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _relay(self, scope: Scope, receive: Receive, send: Send, recorder: Recorder) -> None:
+        try:
+            body = await read_body(receive, self.settings.max_body_bytes)
+        except BodyTooLarge:
+            raise too_large(self.settings.max_body_bytes) from None
+        query = scope.get("query_string", b"")
+        target = (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() not in NOT_FORWARDED
+        ]
+        await relay.watching_client(
+            receive, self._exchange(scope["method"], target.decode("latin-1"), body, headers, send, recorder)
+        )
+
+    async def _exchange(
+        self, method: str, target: str, body: bytes, headers: list[tuple[str, str]], send: Send, recorder: Recorder
+    ) -> None:
+        response = await open_upstream(
+            self.upstreams, recorder, self.route, method, target, body or None, None, headers=headers
+        )
+        try:
+            returned = [(k, v) for k, v in response.raw_headers if k.lower() not in NOT_RETURNED]
+            await send({"type": "http.response.start", "status": response.status, "headers": returned})
+            try:
+                async for piece in chunks(response, recorder.upstream_read):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            except OpenAIError as exc:
+                raise UpstreamBroke(f"the upstream broke off in the middle of the body: {exc.message}") from None
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            response.release()  # back to the pool when it was read to its end, else closed

@@ -1,0 +1,136 @@
+"""A stored response as a stream timeline: each SSE event with its offset, the delta it carries,
+the first token, and the final message a client holds at the end (pure: records in, values out)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from oaishim.capture.record import body_bytes, header_value, path_of
+from oaishim.check import looks_like_sse
+from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
+from oaishim.wire.sse import SSEDecoder, SSEEvent
+
+
+@dataclass(frozen=True, slots=True)
+class TimedEvent:
+    t_ms: float  # the time of the read that completed the event
+    event: SSEEvent
+
+    def json(self) -> Any:
+        try:
+            return orjson.loads(self.event.data)
+        except orjson.JSONDecodeError:
+            return None
+
+
+def is_stream(response: Mapping[str, Any] | None) -> bool:
+    if not response:
+        return False
+    return looks_like_sse(body_bytes(response)[:64], header_value(response, "content-type"))
+
+
+def iter_timed_events(response: Mapping[str, Any] | None) -> Iterator[TimedEvent]:
+    """Decode a stored stream read by read, so each event gets the time its last byte arrived."""
+    if not is_stream(response):
+        return
+    assert response is not None
+    data = body_bytes(response)
+    decoder = SSEDecoder()
+    position = 0
+    last = float(response.get("t") or 0.0)
+    for read in response.get("reads") or []:
+        last, size = float(read[0]), int(read[1])
+        for event in decoder.feed(data[position : position + size]):
+            yield TimedEvent(last, event)
+        position += size
+    if position < len(data):  # reads missing or short (a redacted stream): the rest at the last time
+        for event in decoder.feed(data[position:]):
+            yield TimedEvent(last, event)
+    for event in decoder.flush():
+        yield TimedEvent(last, event)
+
+
+def timed_events(response: Mapping[str, Any] | None) -> list[TimedEvent]:
+    return list(iter_timed_events(response))
+
+
+def _choice_text(choice: Mapping[str, Any]) -> str:
+    delta = choice.get("delta")
+    if isinstance(delta, Mapping):
+        parts = [delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning")]
+        text = "".join(p for p in parts if isinstance(p, str))
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                text += str(function.get("name") or "") + str(function.get("arguments") or "")
+        return text
+    legacy = choice.get("text")
+    return legacy if isinstance(legacy, str) else ""
+
+
+def carries_token(chunk: Any) -> bool:
+    """Whether a stream chunk carries generated text (content, reasoning, a tool call, legacy text)."""
+    if not isinstance(chunk, Mapping):
+        return False
+    choices = chunk.get("choices")
+    return any(isinstance(c, Mapping) and _choice_text(c) for c in choices or [] if isinstance(choices, list))
+
+
+def first_token_ms(events: Iterable[TimedEvent]) -> float | None:
+    """The time of the first event carrying generated text (an iterator stops being read there)."""
+    return next((e.t_ms for e in events if carries_token(e.json())), None)
+
+
+def describe(event: TimedEvent) -> str:
+    """One line for a timeline: the delta of each choice, or what else the event is."""
+    if event.event.data == "[DONE]":
+        return "[DONE]"
+    chunk = event.json()
+    if not isinstance(chunk, Mapping):
+        return "(not JSON) " + event.event.data[:80]
+    if "error" in chunk and "choices" not in chunk:
+        return "error " + orjson.dumps(chunk["error"]).decode()[:100]
+    parts: list[str] = []
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, Mapping):
+            continue
+        bits = []
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping) and delta.get("role"):
+            bits.append(f"role={delta['role']}")
+        text = _choice_text(choice)
+        if text:
+            bits.append(orjson.dumps(text).decode())
+        if choice.get("finish_reason"):
+            bits.append(f"finish_reason={choice['finish_reason']}")
+        prefix = f"[{choice.get('index')}] " if choice.get("index") not in (0, None) else ""
+        parts.append(prefix + (" ".join(bits) or "{}"))
+    if chunk.get("usage"):
+        parts.append("usage " + orjson.dumps(chunk["usage"]).decode())
+    return "; ".join(parts) or "(no choices)"
+
+
+def final_message(response: Mapping[str, Any] | None, target: str = "") -> Any:
+    """What a client holds at the end: the accumulated stream, or the plain body."""
+    if not response:
+        return None
+    if not is_stream(response):
+        try:
+            return orjson.loads(body_bytes(response))
+        except orjson.JSONDecodeError:
+            return body_bytes(response).decode("utf-8", "replace")
+    chunks = []
+    for event in timed_events(response):
+        chunk = event.json()
+        if isinstance(chunk, Mapping) and isinstance(chunk.get("choices"), list):
+            chunks.append(chunk)
+    legacy = path_of(target).endswith("/completions") and not path_of(target).endswith("chat/completions")
+    try:
+        return accumulate_completion(chunks) if legacy else accumulate_chat(chunks)
+    except (TypeError, ValueError) as exc:  # a chunk the accumulator cannot fold (a broken stream)
+        return {"error": f"cannot accumulate the stream: {exc}"}

@@ -1,0 +1,291 @@
+"""The probe's shell: sends the catalogue's requests with aiohttp and hands the answers to the judge.
+
+Per endpoint (a *side*): calibrate first (which steering dialects work, by their effect: see
+``_steer``), then run the cases, ``concurrency`` at a time; a case's steps go one after another.
+Cases marked ``exclusive`` (those that compare two generations) run afterwards, alone, so no other
+request is batched with them. With ``--against`` the second side runs after the first, never at the
+same time: the two often share one backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+
+from oaishim import __version__
+from oaishim.check import CheckOptions
+from oaishim.probe._cases import Case, fill
+from oaishim.probe._compare import compare
+from oaishim.probe._expect import Context
+from oaishim.probe._judge import Sent, judge_case
+from oaishim.probe._results import CaseResult, ProbeRun, SideResult
+from oaishim.probe._steer import (
+    BIAS_CANDIDATES,
+    CALIBRATION_TEXT,
+    TEXT_DIALECTS,
+    TOKENIZE_DIALECTS,
+    TOOL_CALL_OPEN,
+    Steering,
+    steer_body,
+    tool_call_recipe,
+)
+from oaishim.probe._view import StepView, view_of
+from oaishim.transform.special import SpecialTokens
+
+__all__ = ["ProbeOptions", "Progress", "Target", "probe", "run_probe"]
+
+Progress = Callable[[str, CaseResult, int, int], None]  # side label, case, done, total
+_GENERATION = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+_SHOWN_LIMIT = 2000
+_WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris"]}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    url: str
+    model: str
+    api_key: str | None = None
+    label: str = "A"
+
+    @property
+    def base(self) -> str:
+        """The server root: a trailing ``/`` and ``/v1`` are dropped (paths carry ``/v1``)."""
+        url = self.url.rstrip("/")
+        return url.removesuffix("/v1")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOptions:
+    concurrency: int = 4
+    timeout: float = 120.0
+    special_tokens: SpecialTokens | None = None
+    overflow_words: int = 200_000  # "hello " repeated: beyond the context of most deployments
+    steer: str = "auto"  # "auto": calibrate; "none": never steer
+
+    def check_options(self) -> CheckOptions:
+        tokens = self.special_tokens or SpecialTokens()
+        return CheckOptions(special_tokens=tokens.special, eot_tokens=tokens.end_of_turn)
+
+
+class _Client:
+    def __init__(self, session: aiohttp.ClientSession, target: Target) -> None:
+        self.session = session
+        self.target = target
+
+    async def send(
+        self, method: str, path: str, data: bytes | None
+    ) -> tuple[int | None, dict[str, str], bytes | None, float, str | None]:
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.target.api_key:
+            headers["Authorization"] = f"Bearer {self.target.api_key}"
+        started = time.perf_counter()
+        try:
+            async with self.session.request(method, self.target.base + path, data=data, headers=headers) as response:
+                body = await response.read()
+                found = {k.lower(): v for k, v in response.headers.items()}
+                return response.status, found, body, time.perf_counter() - started, None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return None, {}, None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
+
+    async def post_json(self, path: str, body: Mapping[str, Any]) -> StepView:
+        status, headers, raw, _, error = await self.send("POST", path, orjson.dumps(body))
+        return view_of(raw, request=body, status=status, headers=headers, transport_error=error)
+
+
+async def _calibrate_text(client: _Client) -> str:
+    for name, overlay in TEXT_DIALECTS.items():
+        if name == "prompt":
+            continue
+        body = {
+            "model": client.target.model,
+            "messages": [{"role": "user", "content": "Say something."}],
+            "max_tokens": 24,
+            "temperature": 0,
+            **overlay(CALIBRATION_TEXT),
+        }
+        view = await client.post_json("/v1/chat/completions", body)
+        if view.ok and view.text() == CALIBRATION_TEXT:
+            return name
+    return "prompt"
+
+
+async def _tokenize(client: _Client, dialect: str, text: str) -> list[int] | None:
+    build, parse = TOKENIZE_DIALECTS[dialect]
+    status, _headers, raw, _, _ = await client.send("POST", "/tokenize", orjson.dumps(build(text, client.target.model)))
+    if status != 200 or raw is None:
+        return None
+    try:
+        return parse(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def _calibrate_tools(client: _Client, dialect: str | None) -> tuple[str, dict[str, Any]]:
+    base = {
+        "model": client.target.model,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [_WEATHER_TOOL],
+        "tool_choice": "required",
+        "temperature": 0,
+    }
+    tries: list[tuple[str, dict[str, Any]]] = [("plain", {"max_tokens": 64})]
+    if dialect is not None:
+        opener, newline = await _tokenize(client, dialect, TOOL_CALL_OPEN), await _tokenize(client, dialect, "\n")
+        if opener and newline and len(opener) == 1 and len(newline) == 1:
+            tries.append(("recipe", {"max_tokens": 256, **tool_call_recipe(opener[0], newline[0])}))
+    for name, overlay in tries:
+        view = await client.post_json("/v1/chat/completions", {**base, **overlay})
+        calls = view.tool_calls() if view.ok else []
+        if calls and (calls[0].get("function") or {}).get("name") == "get_weather":
+            return name, ({k: v for k, v in overlay.items() if k != "max_tokens"} if name == "recipe" else {})
+    return "unavailable", {}
+
+
+async def calibrate(client: _Client, options: ProbeOptions) -> Steering:
+    """Find out, by effect, how this endpoint can be made to write a known text or call a tool."""
+    if options.steer == "none":
+        return Steering()
+    text = await _calibrate_text(client)
+    tokenize = None
+    for name in TOKENIZE_DIALECTS:
+        if await _tokenize(client, name, "hello") is not None:
+            tokenize = name
+            break
+    bias = None
+    if tokenize is not None:
+        for word in BIAS_CANDIDATES:
+            ids = await _tokenize(client, tokenize, word)
+            if ids is not None and len(ids) == 1:
+                bias = (ids[0], word)
+                break
+    tool_call, overlay = await _calibrate_tools(client, tokenize)
+    return Steering(text, tokenize, tool_call, overlay, bias)
+
+
+def _abbreviated(value: Any) -> Any:
+    """What a report shows of a request: long strings (the overflow prompt) are summarised."""
+    if isinstance(value, str) and len(value) > _SHOWN_LIMIT:
+        return f"{value[:60]}… ({len(value)} characters)"
+    if isinstance(value, Mapping):
+        return {k: _abbreviated(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_abbreviated(v) for v in value]
+    return value
+
+
+def _variables(target: Target, steering: Steering, options: ProbeOptions) -> dict[str, Any]:
+    tokens = options.special_tokens or SpecialTokens()
+    variables: dict[str, Any] = {"model": target.model, "overflow_prompt": "hello " * options.overflow_words}
+    if tokens.end_of_turn:
+        variables["eot"] = sorted(tokens.end_of_turn, key=lambda t: (len(t), t))[-1]
+    if steering.bias_token is not None:
+        variables["bias_token_id"], variables["bias_token"] = steering.bias_token
+    return variables
+
+
+def _skip_reason(case: Case, variables: Mapping[str, Any]) -> str | None:
+    if "eot" in case.needs and "eot" not in variables:
+        return "no end-of-turn token known (give --special-tokens)"
+    if "bias" in case.needs and "bias_token" not in variables:
+        return "no single-token word found through /tokenize to bias"
+    return None
+
+
+async def _run_case(
+    client: _Client, case: Case, steering: Steering, variables: Mapping[str, Any], options: ProbeOptions
+) -> CaseResult:
+    if (reason := _skip_reason(case, variables)) is not None:
+        return CaseResult(case.id, case.title, case.refs, skipped=reason)
+    sent: list[Sent] = []
+    for step in case.steps:
+        request: dict[str, Any] | None = None
+        data: bytes | None = None
+        shown: Any = None
+        if step.body is not None:
+            request = fill(step.body, variables)
+            if step.path in _GENERATION and "model" not in request:
+                request = {"model": client.target.model, **request}
+            request = steer_body(request, fill(step.steer, variables), steering)
+            data, shown = orjson.dumps(request), _abbreviated(request)
+        elif step.raw is not None:
+            text = str(fill(step.raw, variables))
+            data, shown = text.encode(), text
+        status, headers, raw, seconds, error = await client.send(step.method, step.path, data)
+        sent.append(Sent(step.name, step.method, step.path, request, shown, status, headers, raw, seconds, error))
+    ctx = Context(
+        model=client.target.model,
+        exact_text=steering.exact_text,
+        tool_calls_forceable=steering.tool_call != "unavailable",
+        steered=frozenset(s.name for s in case.steps if "text" in s.steer),
+        steered_tools=frozenset(s.name for s in case.steps if s.steer.get("tool_call")),
+        variables=variables,
+    )
+    return judge_case(case, sent, ctx, options.check_options())
+
+
+async def _probe_side(
+    target: Target, cases: Sequence[Case], options: ProbeOptions, progress: Progress | None
+) -> SideResult:
+    started = time.perf_counter()
+    timeout = aiohttp.ClientTimeout(total=options.timeout)
+    # One connection per request: servers close idle keep-alive connections at will (llama.cpp
+    # does, and answers an oversized body before reading it), which a reused one reports as a
+    # failure of the next request. A probe sends a few dozen requests; the handshakes cost nothing.
+    connector = aiohttp.TCPConnector(force_close=True, limit=max(1, options.concurrency) * 2)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        client = _Client(session, target)
+        steering = await calibrate(client, options)
+        variables = _variables(target, steering, options)
+        results: dict[str, CaseResult] = {}
+        gate = asyncio.Semaphore(max(1, options.concurrency))
+
+        async def one(case: Case) -> None:
+            async with gate:
+                results[case.id] = await _run_case(client, case, steering, variables, options)
+            if progress is not None:
+                progress(target.label, results[case.id], len(results), len(cases))
+
+        await asyncio.gather(*(one(c) for c in cases if not c.exclusive))
+        for case in cases:
+            if case.exclusive:
+                await one(case)
+    side = SideResult(target.label, target.url, target.model, steering, [results[c.id] for c in cases])
+    side.seconds = time.perf_counter() - started
+    return side
+
+
+async def probe(
+    targets: Sequence[Target], cases: Sequence[Case], options: ProbeOptions, progress: Progress | None = None
+) -> ProbeRun:
+    sides = [await _probe_side(t, cases, options, progress) for t in targets]
+    created = datetime.now(UTC).replace(microsecond=0).isoformat()
+    comparison = compare(sides[0], sides[1]) if len(sides) > 1 else None
+    return ProbeRun(sides, created, comparison, __version__)
+
+
+def run_probe(
+    targets: Sequence[Target],
+    cases: Sequence[Case],
+    options: ProbeOptions | None = None,
+    progress: Progress | None = None,
+) -> ProbeRun:
+    """Run the probe to the end (its own event loop)."""
+    return asyncio.run(probe(targets, cases, options or ProbeOptions(), progress))

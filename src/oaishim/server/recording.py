@@ -1,0 +1,191 @@
+"""Recording exchanges as they pass (``oaishim serve --capture DIR``, ``oaishim capture``).
+
+A :class:`Recorder` follows one exchange through its phases, as mitmproxy's hooks do: the client
+request received (``wrap`` sees every ASGI message), the upstream request sent and its response
+headers (``open_upstream``), each upstream read (``upstream_read``, the ``tap`` of
+``upstream.chunks``), each piece sent to the client (``wrap`` again), and the end (``end``). On the
+request path it only reads a clock and appends references to lists; the record is built, redacted,
+checked and written by the store's thread (``capture.store``), and ``end`` never blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import aiohttp
+from aiohttp.typedefs import LooseHeaders
+
+from oaishim.capture.build import build_record, warm_up
+from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
+from oaishim.capture.record import Record
+from oaishim.capture.redact import Redactor
+from oaishim.capture.store import CaptureWriter
+from oaishim.server.asgi import Message, Receive, Scope, Send
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.upstream import Upstreams
+
+now = time.perf_counter_ns
+
+
+class Recorder:
+    __slots__ = ("_writer", "raw")
+
+    def __init__(self, writer: CaptureWriter, scope: Scope, mode: Mode) -> None:
+        self._writer = writer
+        t0 = now()
+        query = scope.get("query_string", b"")
+        target = scope.get("raw_path") or scope["path"].encode()
+        target = (target + b"?" + query) if query else target
+        self.raw = RawExchange(t0, time.time(), mode)
+        self.raw.client_request = RawRequest(t0, scope["method"], target.decode("latin-1"), scope["headers"])
+
+    def wrap(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
+        """The ASGI receive and send of this exchange, recording what passes through them."""
+        request = self.raw.client_request
+        assert request is not None
+
+        async def recording_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                request.t_ns = now()
+                request.body.append(message.get("body", b""))
+            return message
+
+        async def recording_send(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                response = self.raw.client_response
+                if response is not None:
+                    response.reads.append((now(), message.get("body", b"")))
+                    response.complete = not message.get("more_body", False)
+            elif message["type"] == "http.response.start":
+                self.raw.client_response = RawResponse(now(), message["status"], message.get("headers", []))
+            await send(message)
+
+        return recording_receive, recording_send
+
+    def upstream_read(self, piece: bytes) -> None:
+        """Each piece read from the upstream; ``b""`` when its body ended."""
+        response = self.raw.upstream_response
+        if response is not None:
+            if piece:
+                response.reads.append((now(), piece))
+            else:
+                response.complete = True
+
+    def upstream_sent(self, t_ns: int, response: aiohttp.ClientResponse, body: bytes | None) -> None:
+        info = response.request_info
+        self.raw.upstream_request = RawRequest(t_ns, info.method, str(info.url), list(info.headers.items()))
+        self.raw.upstream_request.body.append(body or b"")
+        self.raw.upstream_response = RawResponse(now(), response.status, list(response.raw_headers))
+
+    def end(self, error: str | None = None) -> None:
+        self.raw.end_ns = now()
+        response = self.raw.client_response
+        if error is None and response is None:
+            error = "no response was sent: the client went away first"
+        elif error is None and response is not None and not response.complete:
+            error = "the client went away before the response ended"
+        self.raw.error = error
+        self._writer.submit(self.raw)
+
+
+async def open_upstream(
+    upstreams: Upstreams,
+    recorder: Recorder | None,
+    route: ModelRoute,
+    method: str,
+    path: str,
+    body: bytes | None,
+    content_type: str | None = "application/json",
+    headers: LooseHeaders | None = None,
+) -> aiohttp.ClientResponse:
+    """``upstreams.open``, noting the request as sent and the response headers as received."""
+    if recorder is None:
+        return await upstreams.open(route, method, path, body, content_type, headers=headers)
+    started = now()
+    response = await upstreams.open(route, method, path, body, content_type, headers=headers)
+    recorder.upstream_sent(started, response, body)
+    return response
+
+
+class CheckBudget:
+    """The checker's share of the writer thread's time: ``share`` of wall time on average, with
+    bursts up to ``burst`` seconds. The writer runs in the gateway's process, so its CPU is taken
+    under the same GIL as the event loop; the checker costs a few milliseconds per streamed answer
+    (ten times what recording it does), so past the budget records are stored unchecked
+    (``findings: null``) and ``oaishim inspect`` checks them when it shows them."""
+
+    def __init__(self, share: float = 0.1, burst: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.burst, self.clock = share, burst, clock
+        self.tokens = burst
+        self.last = clock()
+        self.skipped = 0
+
+    def allow(self) -> bool:
+        now_s = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now_s - self.last) * self.share)
+        self.last = now_s
+        if self.tokens > 0:
+            return True
+        self.skipped += 1
+        return False
+
+    def spend(self, seconds: float) -> None:
+        self.tokens -= seconds
+
+
+class Recording:
+    """Where a gateway's or a proxy's exchanges go: one writer (thread) for the process."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        mode: Mode,
+        secrets: Iterable[str | None] = (),
+        redact_paths: Iterable[str] = (),
+        run_checker: bool = True,
+        check_budget: CheckBudget | None = None,
+        max_file_bytes: int = 64 << 20,
+        queue_size: int = 1024,
+    ) -> None:
+        self.redactor = Redactor.build(redact_paths, secrets)
+        self.mode: Mode = mode
+        self.run_checker = run_checker
+        self.budget = check_budget or CheckBudget()
+        self.writer = CaptureWriter(
+            directory,
+            self._build,
+            max_file_bytes=max_file_bytes,
+            queue_size=queue_size,
+            warm_up=warm_up if run_checker else None,
+        )
+
+    def _build(self, raw: RawExchange) -> tuple[Record, bytes]:
+        """In the writer thread: the checker runs while its budget lasts."""
+        if not (self.run_checker and self.budget.allow()):
+            return build_record(raw, self.redactor, run_checker=False)
+        started = time.thread_time()
+        built = build_record(raw, self.redactor)
+        self.budget.spend(time.thread_time() - started)
+        return built
+
+    def start(self) -> None:
+        self.writer.start()
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def begin(self, scope: Scope) -> Recorder:
+        return Recorder(self.writer, scope, self.mode)
+
+
+def recording_for(settings: Settings) -> Recording | None:
+    """The gateway's recording (``--capture DIR``), or None. The gateway's keys and the upstream
+    keys are scrubbed from records wherever they appear, besides the redacted headers."""
+    if settings.capture_dir is None:
+        return None
+    secrets = [*settings.api_keys, *(route.upstream_api_key for route in settings.models)]
+    return Recording(settings.capture_dir, mode="gateway", secrets=secrets, redact_paths=settings.capture_redact)
