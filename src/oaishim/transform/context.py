@@ -17,8 +17,11 @@ _ALPHABET = string.ascii_letters + string.digits
 
 
 def random_id(prefix: str, size: int = 29) -> str:
-    """An id in the official style: ``chatcmpl-`` / ``cmpl-`` / ``call_`` and random letters and digits."""
-    return prefix + "".join(secrets.choice(_ALPHABET) for _ in range(size))
+    """An id in the official style: ``chatcmpl-`` / ``cmpl-`` / ``call_`` and random letters and digits.
+
+    One ``os.urandom`` call per id, not per character (that was a tenth of a plain request's CPU);
+    the slight modulo bias does not matter for an id that only has to be unique."""
+    return prefix + "".join(_ALPHABET[b % 62] for b in secrets.token_bytes(size))
 
 
 @dataclass(slots=True)
