@@ -14,10 +14,10 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from oaishim.engine.llamacpp import EngineError, wait_healthy
 
 DEFAULT_VENV = Path.home() / ".cache" / "oaishim" / "vllm-0.32-venv"
 READY_MARK = ".oaishim-ready"  # written by scripts/install-vllm when an install finished
@@ -136,18 +136,11 @@ class VllmServer:
 
     def _wait_healthy(self, started: float) -> None:
         assert self.process is not None
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.process.returncode}:\n{self.log_tail()}")
-            if time.monotonic() - started > self.startup_timeout:
-                raise RuntimeError(f"vllm serve not healthy after {self.startup_timeout:g} s:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.5)
+        remaining = self.startup_timeout - (time.monotonic() - started)
+        try:
+            wait_healthy(self.url, self.process, remaining, "vllm serve", poll=0.5)
+        except EngineError as exc:
+            raise RuntimeError(f"{exc}:\n{self.log_tail()}") from exc
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -49,6 +49,22 @@ def free_port() -> int:
         return port
 
 
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float, name: str, poll: float = 0.05) -> None:
+    """Wait until ``url``/health answers 200; raise EngineError if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise EngineError(f"{name} exited with status {process.returncode}; see its log")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(poll)
+    raise EngineError(f"{name} did not become healthy within {timeout:g} s")
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
@@ -109,19 +125,8 @@ class LlamaServer:
         return self
 
     def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise EngineError(f"llama-server exited with status {self.process.returncode}; see its log")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.05)
-        raise EngineError(f"llama-server did not become healthy within {timeout:g} s")
+        assert self.process is not None
+        wait_healthy(self.url, self.process, timeout, "llama-server")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -143,4 +148,4 @@ class LlamaServer:
         self.stop()
 
 
-__all__ = ["EngineError", "LlamaServer", "binary_path", "free_port"]
+__all__ = ["EngineError", "LlamaServer", "binary_path", "free_port", "wait_healthy"]
