@@ -459,3 +459,7 @@ def test_errors_are_openai_errors(phase: Phase) -> None:
         assert phase.raw[name].status == 400, name
     assert phase.gateway["err_missing_messages"].json()["error"]["param"] == "messages"
     assert phase.gateway["err_overflow"].json()["error"]["code"] == "context_length_exceeded"
+    # The client sent max_tokens: the error must not blame a field it never sent.
+    limit_error = phase.gateway["err_max_tokens"].json()["error"]
+    assert "max_completion_tokens" not in limit_error["message"], limit_error
+    assert limit_error["param"] in (None, "max_tokens"), limit_error

@@ -26,7 +26,8 @@ class Profile:
         messages, so they are merged into the leading system message.
       reasoning_in: the name the backend reads for reasoning sent back in assistant history, or
         ``drop`` where it answers 400 or ignores it.
-      max_tokens_in: which name(s) of the output limit the backend understands.
+      max_tokens_in: which name(s) of the output limit the backend understands (``both``: it is
+        sent under the client's own name, so the backend's errors name the field the client sent).
       rejects: request fields the backend rejects (400) or misreads; they are dropped and listed in
         the ``x-oaishim-dropped`` response header.
       usage_on_empty_stream_options: ``stream_options: {}`` (or one without ``include_usage``)

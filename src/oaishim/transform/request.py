@@ -179,14 +179,15 @@ def _set_limit(body: dict[str, Any], limit: int | None, endpoint: Endpoint, prof
     if endpoint == "completions":  # only max_tokens exists there, and every backend reads it
         body["max_tokens"] = limit
         return
+    # The name the limit came under (max_completion_tokens wins when the client sent both).
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     body.pop("max_tokens", None)
     body.pop("max_completion_tokens", None)
     if limit is None:
         return
-    if profile.max_tokens_in in ("max_tokens", "both"):
-        body["max_tokens"] = limit
-    if profile.max_tokens_in in ("max_completion_tokens", "both"):
-        body["max_completion_tokens"] = limit
+    # A backend that reads both names gets the client's own, so an error it raises about the limit
+    # names the field the client sent (sending both made vLLM blame max_completion_tokens).
+    body[name if profile.max_tokens_in == "both" else profile.max_tokens_in] = limit
 
 
 def _set_stream_options(body: dict[str, Any], include_usage: bool, profile: Profile, dropped: list[str]) -> None:
