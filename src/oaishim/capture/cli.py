@@ -31,25 +31,10 @@ def add_parsers(sub: SubParsers) -> None:
 
 
 def run_asgi(app: Any, host: str, port: int, log_level: str) -> None:
-    """Serve an ASGI app the way the gateway is served (uvloop, httptools), adding no headers of its own."""
-    import logging
+    """Serve an ASGI app the way the gateway is served, adding no headers of its own."""
+    from oaishim.server.main import run_asgi as serve_asgi
 
-    import uvicorn
-
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_level=log_level,
-        access_log=False,
-        server_header=False,
-        date_header=False,
-    )
-    uvicorn.Server(config).run()
+    serve_asgi(app, host, port, log_level, date_header=False)
 
 
 # -- capture ----------------------------------------------------------------------------------------
