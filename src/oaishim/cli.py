@@ -127,7 +127,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--display-cleanup",
         action="store_true",
         default=None,
-        help="strip unprotected markup (<|...|>, <s>) from content; special tokens are never stripped",
+        help="strip the special tokens that do not end the turn (<|im_start|>, ...) from reasoning and content "
+        "(never from tool calls or JSON output); end-of-turn tokens are never stripped",
     )
     p.add_argument("--capture", type=Path, metavar="DIR", help="record every exchange, both sides, in DIR")
     p.add_argument("--capture-redact", action="append", default=[], metavar="JSONPATH", help="also redact this")

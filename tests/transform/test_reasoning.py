@@ -21,9 +21,10 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.transform.pieces import Piece, Text, join_text
 from oaishim.transform.reasoning import ReasoningSplitter, split_reasoning
 
@@ -293,7 +294,7 @@ TEXTS = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@examples(400)
 @given(text=TEXTS, starts_in_reasoning=st.booleans(), data=st.data())
 def test_random_cuts(text: str, starts_in_reasoning: bool, data: st.DataObject) -> None:
     offsets = data.draw(st.lists(st.integers(0, len(text)), max_size=12))
@@ -303,7 +304,7 @@ def test_random_cuts(text: str, starts_in_reasoning: bool, data: st.DataObject) 
     assert_lossless(text, pieces, starts_in_reasoning=starts_in_reasoning)
 
 
-@settings(max_examples=200, deadline=None)
+@examples(200)
 @given(chunks=st.lists(TEXTS, max_size=8))
 def test_random_feeds_custom_tags(chunks: list[str]) -> None:
     # Magistral-style tags: nothing in the machine is specific to <think>.

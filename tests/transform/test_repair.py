@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, Text, join_text
@@ -215,18 +216,33 @@ CASES: list[tuple[str, RepairPlan, list[Seg], bool]] = [
         True,
     ),
     (
-        "display cleanup strips unprotected markup, keeps the tokens and the end of turn",
+        "display cleanup strips the non-final special tokens, keeps other text and the end of turn",
         RepairPlan(special=CHATML, cleanup=True),
         [
             *think("Short.\n"),
-            content("Hi <|im_start|>x "),
-            markup("<|foo|>"),
-            content(" y "),
-            markup("<s>"),
+            content("Hi "),
+            markup("<|im_start|>"),
+            content("x <|foo|> y <s> <||> a |> b <|"),
             content("<|im_end|>"),
             dropped("<|im_start|>user\nThe backend kept going"),
         ],
         True,
+    ),
+    (
+        "display cleanup: named markup stripped from reasoning and content, never from arguments",
+        RepairPlan(tools=True, special=CHATML, cleanup=True, markup=frozenset({"<|x|>"})),
+        [
+            markup("<think>\n"),
+            reasoning("a "),
+            markup("<|x|>"),
+            reasoning(" b\n"),
+            markup("</think>\n\n"),
+            content("c "),
+            markup("<|x|>"),
+            content(" "),
+            hermes("get_weather", '{"city": "<|x|> <|im_start|> <||>"}'),
+        ],
+        False,
     ),
     (
         "reasoning, text, call, end of turn, with cleanup and a stop",
@@ -243,7 +259,7 @@ CASES: list[tuple[str, RepairPlan, list[Seg], bool]] = [
     (
         "no end of turn: everything flows",
         RepairPlan(tools=True, special=CHATML, cleanup=True),
-        [*think("a<b\n"), content("<|im_start|>a < b |> c <"), markup("<|x|>")],
+        [*think("a<b\n"), markup("<|im_start|>"), content("a < b |> c <<|x|>")],
         False,
     ),
 ]
@@ -280,7 +296,7 @@ def test_every_split_point(label: str, plan: RepairPlan, segments: list[Seg], st
     assert run(list(text), plan) == want
 
 
-@settings(max_examples=200, deadline=None)
+@examples(200)
 @given(st.sampled_from(CASES), st.lists(st.integers(0, 300), max_size=12))
 def test_multi_point_splits(case: tuple[str, RepairPlan, list[Seg], bool], offsets: list[int]) -> None:
     _, plan, segments, stopped = case
@@ -307,10 +323,10 @@ def message(draw: st.DrawFn) -> tuple[RepairPlan, list[Seg]]:
         kind = draw(st.sampled_from(["words", "start", "stray"]))
         if kind == "words":
             segments.append(content(draw(WORDS)))
-        elif kind == "start":
-            segments.append(content("<|im_start|>"))
-        else:  # unprotected markup: stripped by the cleanup, text otherwise
-            segments.append(markup("<|tag|>") if cleanup else content("<|tag|>"))
+        elif kind == "start":  # a special token that does not end the turn: the cleanup's to strip
+            segments.append(markup("<|im_start|>") if cleanup else content("<|im_start|>"))
+        else:  # shaped like markup but no token: the model's text, never stripped
+            segments.append(content(draw(st.sampled_from(["<|tag|>", "<||>", "<|", "|>", "<||", "||>"]))))
     if segments and segments[-1].kind == "content":
         segments.append(content(" "))  # text directly before a call keeps its trailing space
     for n in range(draw(st.integers(0, 3))):
@@ -323,7 +339,7 @@ def message(draw: st.DrawFn) -> tuple[RepairPlan, list[Seg]]:
     return plan, segments
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(message(), st.lists(st.integers(0, 400), max_size=10))
 def test_generated_messages_lose_nothing(msg: tuple[RepairPlan, list[Seg]], offsets: list[int]) -> None:
     plan, segments = msg
@@ -453,7 +469,7 @@ def test_stream_every_split_point(label: str, plan: RepairPlan, segments: list[S
     assert_clean(raw, plan)
 
 
-@settings(max_examples=100, deadline=None)
+@examples(100)
 @given(st.sampled_from(CASES), st.lists(st.integers(0, 300), max_size=12), st.booleans())
 def test_stream_multi_point_splits(
     case: tuple[str, RepairPlan, list[Seg], bool], offsets: list[int], upstream_finish: bool
@@ -499,7 +515,16 @@ def legacy_chunk(text: str, finish: str | None = None) -> str:
 LEGACY = "Hi <|x|>there<|im_end|>more text the backend made END"
 LEGACY_CASES = [
     ("end of turn ends the text", RepairPlan(reasoning=False, special=CHATML), "Hi <|x|>there<|im_end|>"),
-    ("and the cleanup strips markup", RepairPlan(reasoning=False, special=CHATML, cleanup=True), "Hi there<|im_end|>"),
+    (
+        "a cleanup strips no text shaped like a tag",
+        RepairPlan(reasoning=False, special=CHATML, cleanup=True),
+        "Hi <|x|>there<|im_end|>",
+    ),
+    (
+        "and the cleanup strips the markup it is told",
+        RepairPlan(reasoning=False, special=CHATML, cleanup=True, markup=frozenset({"<|x|>"})),
+        "Hi there<|im_end|>",
+    ),
     ("a stop string", RepairPlan(reasoning=False, stops=("END", "x|")), "Hi <|"),
 ]
 
@@ -538,3 +563,35 @@ def test_nothing_upstream_matters_after_a_stop_at_the_gateway() -> None:
     assert out[-1] == b"data: [DONE]\n\n"
     (choice,) = accumulate_chat(json.loads(b[6:]) for b in out[:-1])["choices"]
     assert (choice["message"]["content"], choice["finish_reason"]) == ("one ", "stop")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model's text inside a tool call is never cleaned (hypothesis found {"city": "<||>"} -> {"city": ""})
+
+ISSUE_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "<||>"}}\n</tool_call>'
+NEIGHBOURS = ["<||>", "<|x|>", "<||", "||>", "<|", "|>", "<|im_start|>", "<|im_sta", "rt|>"]
+CLEANUP_PLANS = [
+    RepairPlan(tools=True, special=CHATML, cleanup=True, tool_formats=formats)
+    for formats in (("hermes",), ("hermes", "minimax", "llama3", "mistral"))
+]
+
+
+@pytest.mark.parametrize("plan", CLEANUP_PLANS)
+@pytest.mark.parametrize("value", NEIGHBOURS)
+def test_arguments_reach_the_client_byte_for_byte(plan: RepairPlan, value: str) -> None:
+    text = ISSUE_CALL.replace("<||>", value)
+    args = json.dumps({"city": value})
+    want = ((("call", 0, "get_weather"), ("args", 0, args)), False)
+    for i in range(len(text) + 1):
+        assert run([text[:i], text[i:]], plan) == want, i
+    assert run(list(text), plan) == want
+
+
+def test_the_issue_input_through_the_stream() -> None:
+    """What the client accumulates from the gateway's stream: the arguments as the model wrote them."""
+    plan = CLEANUP_PLANS[1]
+    for i in range(len(ISSUE_CALL) + 1):
+        raw, body = stream([ISSUE_CALL[:i], ISSUE_CALL[i:]], plan)
+        _, _, calls, _ = client_result(body)
+        assert [(name, json.loads(args)) for name, args in calls] == [("get_weather", {"city": "<||>"})], i
+        assert_clean(raw, plan)

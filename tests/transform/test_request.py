@@ -12,9 +12,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.check import Exchange, check
 from oaishim.profiles._base import Profile
 from oaishim.transform.request import PreparedRequest, prepare
@@ -846,7 +847,7 @@ profiles = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@examples(200)
 @given(messages=st.lists(message_strategy, min_size=1, max_size=6), profile=profiles, stream=st.booleans())
 def test_never_mutates_and_never_leaves_developer_behind(
     messages: list[dict[str, Any]], profile: Profile, stream: bool

@@ -15,10 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from oaishim.transform.cleanup import CHATML_MARKUP, DisplayCleanup, Markup
+from _props import examples
+from oaishim.transform.cleanup import DisplayCleanup
 from oaishim.transform.special import (
     SpecialTokenHolder,
     SpecialTokens,
@@ -297,7 +298,7 @@ def test_holder_every_split_point(text: str) -> None:
 FRAGMENTS = ["<|", "|>", "<", "im_", "end", "start", "<|im_end|>", "<|endoftext|>", "a", "你", "\n", "|"]
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(
     parts=st.lists(st.sampled_from(FRAGMENTS), max_size=20),
     cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=10),
@@ -323,25 +324,22 @@ def oracle(
     text: str,
     protected: frozenset[str],
     end_of_turn: frozenset[str],
-    markup: Markup | None = CHATML_MARKUP,
+    strip: frozenset[str] = frozenset(),
     keep_end_of_turn: bool = True,
 ) -> tuple[str, bool]:
-    """Walk the whole text: a protected token (longest) here? keep it; else a tag here? drop it."""
+    """Walk the whole text: the longest token here protected? keep it; to strip? drop it; else a character."""
     out, saw, i = [], False, 0
     while i < len(text):
-        token = max((t for t in protected if text.startswith(t, i)), key=len, default=None)
-        if token is not None:
+        token = max((t for t in protected | strip if text.startswith(t, i)), key=len, default=None)
+        if token is None:
+            out.append(text[i])
+            i += 1
+            continue
+        if token in protected:
             saw = saw or token in end_of_turn
             if keep_end_of_turn or token not in end_of_turn:
                 out.append(token)
-            i += len(token)
-            continue
-        tag = markup.pattern.match(text, i) if markup is not None else None
-        if tag and markup and 0 < len(tag.group()) <= markup.max_len and not any(t in tag.group() for t in protected):
-            i = tag.end()
-            continue
-        out.append(text[i])
-        i += 1
+        i += len(token)
     return "".join(out), saw
 
 
@@ -350,10 +348,11 @@ def clean(pieces: list[str], tokens: SpecialTokens = QWEN3, **options: Any) -> t
     return [cleanup.feed(p) for p in pieces] + [cleanup.flush()], cleanup
 
 
+LLAMA2 = SpecialTokens.from_config(special=["<s>"], end_of_turn=["</s>"])
 CLEANUP_CASES: list[tuple[str, SpecialTokens, str, dict[str, Any], str, bool]] = [
     # (label, tokens, text, options, expected display text, saw_end_of_turn)
-    ("stray ChatML tag stripped", QWEN3, "Hi <|foo|>there", {}, "Hi there", False),
-    ("<s> and </s> stripped when not special", QWEN3, "<s>Hi</s>", {}, "Hi", False),
+    ("text shaped like a tag is text", QWEN3, "Hi <|foo|>there <||> <|", {}, "Hi <|foo|>there <||> <|", False),
+    ("named markup stripped", QWEN3, "<s>Hi</s>", {"markup": ["<s>", "</s>"]}, "Hi", False),
     (
         "all specials kept by default",
         QWEN3,
@@ -363,24 +362,38 @@ CLEANUP_CASES: list[tuple[str, SpecialTokens, str, dict[str, Any], str, bool]] =
         True,
     ),
     (
-        "protect end_of_turn only",
+        "protect end_of_turn only: the other specials are stripped",
         QWEN3,
-        "<|im_start|>assistant\nHi<|im_end|>",
+        "<|im_start|>assistant\nHi<|im_end|> <|object_ref_start|>",
         {"protect": "end_of_turn"},
-        "assistant\nHi<|im_end|>",
+        "assistant\nHi<|im_end|> ",
         True,
     ),
     ("end of turn removed from display", QWEN3, "Hi<|im_end|>", {"keep_end_of_turn": False}, "Hi", True),
-    ("<think> is not markup here", QWEN3, "<think>hmm</think>ok", {}, "<think>hmm</think>ok", False),
-    ("prose with < passes", QWEN3, "if a < b and c<d then |x|", {}, "if a < b and c<d then |x|", False),
-    ("an unfinished tag holds a complete one inside it", QWEN3, "<|a </s> b|>c", {}, "c", False),
-    ("a tag longer than max_len is left", QWEN3, "<|" + "x" * 70 + "|>", {}, "<|" + "x" * 70 + "|>", False),
     (
-        "a tag never swallows a protected token",
+        "<think> is not markup here",
+        QWEN3,
+        "<think>hmm</think>ok",
+        {"protect": "end_of_turn"},
+        "<think>hmm</think>ok",
+        False,
+    ),
+    (
+        "prose with < passes",
+        QWEN3,
+        "if a < b and c<d then |x|",
+        {"protect": "end_of_turn"},
+        "if a < b and c<d then |x|",
+        False,
+    ),
+    ("only a whole named tag is stripped", QWEN3, "<|a </s> b|>c", {"markup": ["</s>"]}, "<|a  b|>c", False),
+    ("one pass: what stripping joins is not scanned again", QWEN3, "<|x|<|x|>>", {"markup": ["<|x|>"]}, "<|x|>", False),
+    (
+        "named markup never takes a protected token",
         SpecialTokens.from_config(end_of_turn=["[e~["]),
-        "x<|a [e~[ b|>y",
-        {},
-        "x<|a [e~[ b|>y",
+        "x[e~[y",
+        {"markup": ["[e~["]},
+        "x[e~[y",
         True,
     ),
     (
@@ -391,83 +404,83 @@ CLEANUP_CASES: list[tuple[str, SpecialTokens, str, dict[str, Any], str, bool]] =
         "]~b]ai\nDone.[e~[",
         True,
     ),
-    ("no markup: only the signal", QWEN3, "<|foo|>Hi<|im_end|>", {"strip": None}, "<|foo|>Hi<|im_end|>", True),
-    (
-        "Llama-2 </s> is protected",
-        SpecialTokens.from_config(special=["<s>"], end_of_turn=["</s>"]),
-        "<s>Hi<|x|></s>",
-        {},
-        "<s>Hi</s>",
-        True,
-    ),
+    ("no markup: only the signal", QWEN3, "<|foo|>Hi<|im_end|>", {}, "<|foo|>Hi<|im_end|>", True),
+    ("Llama-2 </s> is protected", LLAMA2, "<s>Hi<|x|></s>", {"protect": "end_of_turn"}, "Hi<|x|></s>", True),
 ]
+
+
+def strip_set(tokens: SpecialTokens, options: dict[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
+    protected = tokens.end_of_turn if options.get("protect") == "end_of_turn" else tokens.special
+    return protected, (tokens.special - protected) | frozenset(options.get("markup", ()))
 
 
 @pytest.mark.parametrize(
     ("tokens", "text", "options", "expected", "saw"), [c[1:] for c in CLEANUP_CASES], ids=[c[0] for c in CLEANUP_CASES]
 )
 def test_cleanup_cases(tokens: SpecialTokens, text: str, options: dict[str, Any], expected: str, saw: bool) -> None:
-    protected = tokens.end_of_turn if options.get("protect") == "end_of_turn" else tokens.special
-    markup = options.get("strip", CHATML_MARKUP)
-    assert oracle(text, protected, tokens.end_of_turn, markup, options.get("keep_end_of_turn", True)) == (expected, saw)
+    protected, strip = strip_set(tokens, options)
+    assert oracle(text, protected, tokens.end_of_turn, strip, options.get("keep_end_of_turn", True)) == (expected, saw)
     for a in range(len(text) + 1):
         pieces, cleanup = clean(split_at(text, [a]), tokens, **options)
         assert ("".join(pieces), cleanup.saw_end_of_turn) == (expected, saw), a
 
 
 def test_cleanup_records_what_it_stripped() -> None:
-    _, cleanup = clean(["<s>a<|x", "|>b"])
-    assert cleanup.stripped == ["<s>", "<|x|>"]
+    _, cleanup = clean(["<s>a<|x", "|>b<|im_start|>"], markup=["<s>", "<|x|>"], protect="end_of_turn")
+    assert cleanup.stripped == ["<s>", "<|x|>", "<|im_start|>"]
 
 
-def test_cleanup_holds_only_possible_tags() -> None:
-    cleanup = DisplayCleanup(QWEN3)
+def test_cleanup_holds_only_possible_tokens() -> None:
+    cleanup = DisplayCleanup(QWEN3, protect="end_of_turn")
     assert cleanup.feed("2 < 3 and x <") == "2 < 3 and x "
     assert cleanup.held == "<"
     assert cleanup.feed(" y") == "< y"
-    assert cleanup.feed("ok <|tag") == "ok "
-    assert cleanup.feed("|") == ""
+    assert cleanup.feed("ok <|im_st") == "ok "
+    assert cleanup.feed("art|") == ""
     assert cleanup.feed(">!") == "!"
-    assert cleanup.feed("</") == ""
-    assert cleanup.feed("p>") == "</p>"
+    assert cleanup.feed("<|fo") == "<|fo"  # no token starts so: out at once
+    assert cleanup.feed("</") == "</"
+    assert cleanup.stripped == ["<|im_start|>"]
     assert repr(cleanup) == "<DisplayCleanup streaming, holding ''>"
 
 
-def test_cleanup_with_a_bare_pattern() -> None:
-    """A pattern without ``partial``: every tail may be a tag, so max_len - 1 characters wait."""
-    inst = re.compile(r"\[/?INST\]")
+def test_cleanup_of_named_markup_at_every_two_splits() -> None:
     text = "[INST] hi [/INST] Hello[/INST]"
-    assert oracle(text, QWEN3.special, QWEN3.end_of_turn, Markup.from_pattern(inst)) == (" hi  Hello", False)
+    markup = frozenset({"[INST]", "[/INST]"})
+    assert oracle(text, QWEN3.special, QWEN3.end_of_turn, markup) == (" hi  Hello", False)
     for a, b in itertools.combinations_with_replacement(range(len(text) + 1), 2):
-        pieces, _ = clean(split_at(text, [a, b]), strip=inst)
+        pieces, _ = clean(split_at(text, [a, b]), markup=markup)
         assert "".join(pieces) == " hi  Hello", (a, b)
 
 
-CLEANUP_FRAGMENTS = [*FRAGMENTS, "<s>", "</s>", "s>", "</", "<|x|>", "[e~[", "[e~", "~["]
+CLEANUP_FRAGMENTS = [*FRAGMENTS, "<s>", "</s>", "s>", "</", "<|x|>", "<||>", "<|", "|>", "[e~[", "[e~", "~["]
 MIXED = QWEN3.union(SpecialTokens.from_config(end_of_turn=["[e~["]))
 
 
-@settings(max_examples=500, deadline=None)
+@examples(500)
 @given(
     parts=st.lists(st.sampled_from(CLEANUP_FRAGMENTS), max_size=20),
     cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=10),
     protect=st.sampled_from(["special", "end_of_turn"]),
+    markup=st.sampled_from([(), ("<s>", "</s>", "<|x|>")]),
     keep_end=st.booleans(),
 )
-def test_cleanup_random_splits(parts: list[str], cuts: list[int], protect: str, keep_end: bool) -> None:
+def test_cleanup_random_splits(
+    parts: list[str], cuts: list[int], protect: str, markup: tuple[str, ...], keep_end: bool
+) -> None:
     text = "".join(parts)
-    cleanup = DisplayCleanup(MIXED, protect=protect, keep_end_of_turn=keep_end)  # type: ignore[arg-type]
-    protected = MIXED.special if protect == "special" else MIXED.end_of_turn
-    bound = max(CHATML_MARKUP.max_len, *map(len, protected)) - 1
+    cleanup = DisplayCleanup(MIXED, markup=markup, protect=protect, keep_end_of_turn=keep_end)  # type: ignore[arg-type]
+    protected, strip = strip_set(MIXED, {"protect": protect, "markup": markup})
+    bound = max(map(len, protected | strip)) - 1
     pieces = []
     for piece in split_at(text, [min(c, len(text)) for c in cuts]):
         pieces.append(cleanup.feed(piece))
         assert len(cleanup.held) <= bound
     pieces.append(cleanup.flush())
-    expected = oracle(text, protected, MIXED.end_of_turn, CHATML_MARKUP, keep_end)
+    expected = oracle(text, protected, MIXED.end_of_turn, strip, keep_end)
     assert ("".join(pieces), cleanup.saw_end_of_turn) == expected
     assert len("".join(pieces)) + sum(map(len, cleanup.stripped)) <= len(text)
-    if keep_end:  # nothing is lost: only the tags it reports were removed
+    if keep_end:  # nothing is lost: only the tokens it reports were removed
         assert len("".join(pieces)) + sum(map(len, cleanup.stripped)) == len(text)
 
 
@@ -488,7 +501,10 @@ SEED_003_STREAM = ["你好", "！我是助手，", "有什么可以帮你？", "
 def test_seed_003_the_buggy_regex_eats_the_end_of_turn() -> None:
     text = "".join(SEED_003_STREAM)
     assert seed_003_clean_model_output(text) == "你好！我是助手，有什么可以帮你？"  # no <|im_end|>: the UI waits
-    assert CHATML_MARKUP.pattern.pattern == SEED_003_REGEX  # the same pattern, made safe by protection
+    # The same pattern also eats text the model wrote; the cleanup strips only whole tokens.
+    assert seed_003_clean_model_output('{"city": "<||>"}') == '{"city": ""}'
+    pieces, _ = clean(['{"city": "<||>"}'], protect="end_of_turn")
+    assert "".join(pieces) == '{"city": "<||>"}'
 
 
 def test_seed_003_cleanup_keeps_the_token_whole_and_signals_the_end() -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.transform.stops import StopMatcher
 
 
@@ -146,7 +147,7 @@ def test_one_character_at_a_time() -> None:
     assert matcher.hit == "STOP"
 
 
-@settings(max_examples=400, deadline=None)
+@examples(400)
 @given(
     text=st.text(alphabet="abc.", max_size=40),
     stops=st.lists(st.text(alphabet="abc.", max_size=5), max_size=4),
@@ -169,7 +170,7 @@ def longest_partial_suffix(text: str, stops: list[str]) -> str:
     return ""
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(
     pieces=st.lists(st.text(alphabet="ab.", max_size=6), max_size=10),
     stops=st.lists(st.text(alphabet="ab.", min_size=1, max_size=6), min_size=1, max_size=4),

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, Text
 from oaishim.transform.toolcalls import ALL_FORMATS, ToolCallParser, ToolFormat, parse_tool_calls
 
@@ -573,7 +574,7 @@ def test_every_split_point(text: str, formats: tuple[ToolFormat, ...], names: tu
     assert run(list(text), formats, names) == whole
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(st.sampled_from(SAMPLES), st.lists(st.integers(0, 400), max_size=12))
 def test_multi_point_splits(sample: tuple[str, tuple[ToolFormat, ...], tuple[str, ...]], offsets: list[int]) -> None:
     text, formats, names = sample
@@ -587,7 +588,7 @@ FRAGMENTS = [
 ]
 
 
-@settings(max_examples=400, deadline=None)
+@examples(400)
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40), st.lists(st.integers(0, 300), max_size=8))
 def test_random_markup_loses_nothing(fragments: list[str], offsets: list[int]) -> None:
     """Whatever the text: no error, the same result however split, and without calls it all stays content."""
@@ -632,7 +633,7 @@ def rendered_call(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     return text, name, args
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(st.lists(st.one_of(PLAIN, rendered_call()), max_size=6), st.lists(st.integers(0, 600), max_size=6))
 def test_nothing_lost_around_calls(segments: list[Any], offsets: list[int]) -> None:
     """Content is exactly the text between calls (whitespace-only runs between them dropped); calls exact."""

@@ -13,9 +13,10 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.check import Exchange, check
 from oaishim.wire.errors import (
     OpenAIError,
@@ -647,7 +648,7 @@ bodies = (
 )
 
 
-@settings(max_examples=400, deadline=None)
+@examples(400)
 @given(status=st.integers(100, 599), body=bodies)
 def test_any_body_and_status_give_an_official_error(status: int, body: Any) -> None:
     err = normalize_upstream_error(status, body)

@@ -43,6 +43,8 @@ class Profile:
         split out). Informational (probe reports): the gateway's splitter runs regardless, since a
         server flag or a request parameter can turn a parser off, and on split text it is a no-op.
       reasoning_out: the field names the backend uses for reasoning in responses.
+      display_markup: literal tags the backend's models leak into text (besides the tokenizer's
+        special tokens), stripped from reasoning and content when the display cleanup is on.
       server_header: a substring of the ``Server`` header that identifies the backend (auto).
     """
 
@@ -59,6 +61,7 @@ class Profile:
     auto_tools_refusal: str | None = None
     splits_reasoning: bool = True
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
+    display_markup: frozenset[str] = frozenset()
     server_header: str | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 

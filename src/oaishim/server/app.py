@@ -80,10 +80,15 @@ def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
     return "required" if choice == "required" else "named"
 
 
-def response_context(endpoint: Endpoint, prepared: PreparedRequest, settings: Settings) -> ResponseContext:
-    """What the response side must produce for this request, under these settings."""
+def response_context(
+    endpoint: Endpoint, prepared: PreparedRequest, settings: Settings, markup: frozenset[str] = frozenset()
+) -> ResponseContext:
+    """What the response side must produce for this request, under these settings (``markup``: what
+    the profile names as display markup)."""
     chat = endpoint == "chat"
     repair = settings.text_repair
+    format_type = prepared.body.get("response_format")
+    structured = isinstance(format_type, dict) and format_type.get("type") in ("json_object", "json_schema")
     plan = RepairPlan(
         # Split <think> whatever the profile says: a server flag or a request parameter can turn a
         # backend's parser off, and users rarely know how their server was started.
@@ -94,7 +99,9 @@ def response_context(endpoint: Endpoint, prepared: PreparedRequest, settings: Se
         stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
         include_stop=prepared.include_stop_str_in_output,
         special=settings.special_tokens if repair else None,
-        cleanup=settings.display_cleanup,
+        # Never inside structured output: JSON the client asked for reaches it byte for byte.
+        cleanup=repair and settings.display_cleanup and not structured,
+        markup=markup,
     )
     return ResponseContext(
         model=prepared.client_model,
@@ -231,7 +238,7 @@ class Gateway:
         validate(endpoint, body)  # before detection, which would reach the backend for a refused request
         profile = await self.profile_for(route)
         prepared = prepare(endpoint, body, profile, upstream_model=route.upstream_model)
-        ctx = response_context(endpoint, prepared, self.settings)
+        ctx = response_context(endpoint, prepared, self.settings, profile.display_markup)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         work = self._exchange(route, path, endpoint, prepared, ctx, send, extra, profile, rec)
         await relay.watching_client(receive, work)

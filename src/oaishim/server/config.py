@@ -53,7 +53,7 @@ class Settings:
     text_repair: bool = True  # split <think>, parse tool-call text, enforce stop strings at the gateway
     thinking_open: bool = False  # the chat template opens <think>: outputs start inside reasoning
     special_tokens: SpecialTokens | None = None  # the model's protected tokens (seed 003)
-    display_cleanup: bool = False  # strip unprotected markup such as <|im_start|> from content
+    display_cleanup: bool = False  # strip non-end-of-turn special tokens such as <|im_start|> from display text
     max_body_bytes: int = 16 * 1024 * 1024
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0

@@ -1,96 +1,72 @@
-"""Display cleanup: markup stripped from streamed text, never a protected token; the end of turn noted.
+"""Display cleanup: named markup stripped from streamed text, never an end-of-turn token.
 
 Seed 003 (see :mod:`oaishim.transform.special`): a proxy's ``<\\|[^|]*\\|>`` cleanup also ate
-``<|im_end|>``, the one token that told the front end the answer was complete. The rule that comes
-out of it here:
+``<|im_end|>``, the one token that told the front end the answer was complete. Two rules come out
+of it here:
 
-* **The end signal travels apart from the display text.** :class:`DisplayCleanup` strips markup
-  that is *not* protected, never a protected token, and sets ``saw_end_of_turn`` when an
-  end-of-turn token passes, so the gateway can end the choice with ``finish_reason`` and ``[DONE]``
-  whether or not the token stays visible.
+* **What is markup is a list, not a pattern.** The cleanup strips the tokenizer's special tokens
+  that are not protected and the literal markup a profile names, each matched whole. A pattern
+  such as ``<\\|[^|]*\\|>`` also matches text the model wrote (``{"city": "<||>"}`` in a tool
+  call's arguments), and the model's text must reach the client byte for byte wherever it is not
+  a token the gateway owns.
+* **The end signal travels apart from the display text.** :class:`DisplayCleanup` sets
+  ``saw_end_of_turn`` when an end-of-turn token passes, so the gateway can end the choice with
+  ``finish_reason`` and ``[DONE]`` whether or not the token stays visible.
 
-:class:`Markup` says what may be stripped (:data:`CHATML_MARKUP`, seed 003's pattern, by default).
 The text is cut by the same left-to-right scanner as
-:class:`~oaishim.transform.special.SpecialTokenHolder`, so a protected token is never cut in two
-and the result never depends on how the text was split.
+:class:`~oaishim.transform.special.SpecialTokenHolder`, so no token is ever cut in two and the
+result never depends on how the text was split. In the gateway the stripping runs after the tool
+call parser, on display text only (``transform.repair``): never inside a call's arguments.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Literal
 
 from oaishim.transform.special import SpecialTokens, _PartKind, _Scanner
 
-__all__ = ["CHATML_MARKUP", "DisplayCleanup", "Markup"]
+__all__ = ["DisplayCleanup", "display_markup"]
 
 
-@dataclass(frozen=True, slots=True)
-class Markup:
-    """Display markup :class:`DisplayCleanup` may strip: one tag, and every unfinished tag.
-
-    ``pattern`` matches one whole tag and must be self-delimiting: a match found in a prefix of the
-    text stays the match whatever follows (tags that end in a closing delimiter are). ``partial``
-    fullmatches every proper prefix of a tag (it may match more; that only holds text longer), so
-    the cleanup holds back exactly the tails that could still become a tag. Tags longer than
-    ``max_len`` are left alone, which bounds what is held: the decision about a tag never depends
-    on more than ``max_len`` characters. Neither pattern may use inline global flags (``(?i)``;
-    pass flags to ``re.compile``), lookbehind or ``^``.
-    """
-
-    pattern: re.Pattern[str]
-    partial: re.Pattern[str]
-    max_len: int = 64
-
-    @classmethod
-    def from_pattern(cls, pattern: re.Pattern[str], max_len: int = 64) -> Markup:
-        """A tag pattern alone: without a ``partial`` every tail may be a tag, so ``max_len - 1``
-        characters are always held back."""
-        return cls(pattern, re.compile(".+", re.DOTALL), max_len)
-
-
-# Seed 003's pattern (ChatML-like ``<|…|>`` tags and ``<s>``, ``</s>``), made safe by the protected set.
-CHATML_MARKUP = Markup(
-    pattern=re.compile(r"<\|[^|]*\|>|</?s>"),
-    partial=re.compile(r"<(?:\|[^|]*\|?|/?s?)?"),
-)
+def display_markup(tokens: SpecialTokens, named: Iterable[str] = ()) -> frozenset[str]:
+    """What a display cleanup may strip: the special tokens that do not end the turn (``<|im_start|>``,
+    ``<s>``), plus markup named in configuration; an end-of-turn token never."""
+    return (tokens.special - tokens.end_of_turn | frozenset(t for t in named if t)) - tokens.end_of_turn
 
 
 class DisplayCleanup:
-    """Strips display markup from streamed text, never a protected token; notes the end of turn.
+    """Keeps protected tokens whole, strips named markup, notes the end of turn.
 
-    ``strip`` is the markup to remove (default :data:`CHATML_MARKUP`, seed 003's pattern; a bare
-    pattern is taken with :meth:`Markup.from_pattern`; ``None`` strips nothing). ``protect`` says
-    which tokens are safe from it: every special token (default, seed 003's fix), or only the
-    end-of-turn ones, so that e.g. a stray ``<|im_start|>`` is stripped too. End-of-turn tokens stay
-    in the text by default (``keep_end_of_turn``) as in seed 003's fix; with ``False`` they are
-    removed from the display, and either way ``saw_end_of_turn`` records them so the gateway can
-    end the choice (``finish_reason``, ``[DONE]``) from the signal, not from the text.
+    ``protect`` says which tokens are kept whole and never stripped: every special token (default)
+    or only the end-of-turn ones, in which case the other special tokens are stripped (a stray
+    ``<|im_start|>`` in the display text). ``markup`` names more literal strings to strip (never a
+    protected token). End-of-turn tokens stay in the text by default (``keep_end_of_turn``); with
+    ``False`` they are removed from the display, and either way ``saw_end_of_turn`` records them.
 
-    Holds back only possible partial tokens and tags. States: ``streaming`` and ``ended`` (an
-    end-of-turn token has passed; text after it still flows, unless ``end_at_end_of_turn``, which
-    the gateway sets: then nothing after the token comes out, however the text was split, and a
-    backend that missed its own end of turn cannot run on).
+    Holds back only a tail that could still grow into a token. States: ``streaming`` and ``ended``
+    (an end-of-turn token has passed; text after it still flows, unless ``end_at_end_of_turn``,
+    which the gateway sets: then nothing after the token comes out, however the text was split,
+    and a backend that missed its own end of turn cannot run on).
     """
 
     def __init__(
         self,
         tokens: SpecialTokens,
         *,
-        strip: Markup | re.Pattern[str] | None = CHATML_MARKUP,
+        markup: Iterable[str] = (),
         protect: Literal["special", "end_of_turn"] = "special",
         keep_end_of_turn: bool = True,
         end_at_end_of_turn: bool = False,
     ) -> None:
-        markup = Markup.from_pattern(strip) if isinstance(strip, re.Pattern) else strip
         self.tokens = tokens
         self.keep_end_of_turn = keep_end_of_turn
         self.end_at_end_of_turn = end_at_end_of_turn
         self.protected = tokens.special if protect == "special" else tokens.end_of_turn
         self.end_token: str | None = None
         self.stripped: list[str] = []  # what was removed, in order, for logs and tests
-        self._scanner = _Scanner(self.protected, markup)
+        strip = (tokens.special - self.protected) | frozenset(markup)
+        self._scanner = _Scanner(self.protected, strip)
 
     @property
     def saw_end_of_turn(self) -> bool:

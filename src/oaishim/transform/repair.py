@@ -3,7 +3,8 @@
 Order matters and follows what the backend itself would have done: stop strings are matched on
 the raw text (backends apply ``stop`` before any parsing); special tokens are kept whole; then
 ``<think>`` blocks become reasoning; then tool calls written as text become tool calls (only in
-content, and only when the request offered tools). Each stage holds back only what a tag or stop
+content, and only when the request offered tools); last, the display cleanup (when asked) strips
+named markup from the reasoning and content text, never from a tool call's name or arguments. Each stage holds back only what a tag or stop
 string could still need, so the stream is delayed by a few characters at most, and ``flush()``
 hands everything back: no character is lost.
 """
@@ -13,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from oaishim.transform.cleanup import CHATML_MARKUP, DisplayCleanup
-from oaishim.transform.pieces import Piece, Text
+from oaishim.transform.cleanup import DisplayCleanup, display_markup
+from oaishim.transform.pieces import Piece, Text, TextKind
 from oaishim.transform.reasoning import ReasoningSplitter
 from oaishim.transform.special import SpecialTokens
 from oaishim.transform.stops import StopMatcher
@@ -33,11 +34,12 @@ class RepairPlan:
     stops: tuple[str, ...] = ()
     include_stop: bool = False
     special: SpecialTokens | None = None
-    cleanup: bool = False  # strip unprotected display markup (<|…|>, <s>) from content
+    cleanup: bool = False  # strip display markup from reasoning and content: see ``display_markup``
+    markup: frozenset[str] = frozenset()  # literal markup named in configuration, stripped by the cleanup
 
     @property
     def active(self) -> bool:
-        return self.reasoning or self.tools or bool(self.stops) or self.special is not None
+        return self.reasoning or self.tools or bool(self.stops) or self.special is not None or self.cleanup
 
 
 @dataclass(slots=True)
@@ -45,6 +47,8 @@ class TextRepair:
     plan: RepairPlan
     stopper: StopMatcher | None = field(init=False)
     holder: DisplayCleanup | None = field(init=False)
+    cleaner: DisplayCleanup | None = field(init=False)
+    _cleaning: TextKind | None = field(init=False, default=None)  # the kind of text the cleaner holds
     splitter: ReasoningSplitter | None = field(init=False)
     parser: ToolCallParser | None = field(init=False)
     done: bool = field(init=False, default=False)  # every stage flushed: the text is complete
@@ -52,12 +56,11 @@ class TextRepair:
     def __post_init__(self) -> None:
         plan = self.plan
         self.stopper = StopMatcher(plan.stops, include_stop=plan.include_stop) if plan.stops else None
-        # Every special token kept whole, the cleanup also strips unprotected markup; either way an
-        # end-of-turn token ends the text (without the cleanup it used to flow on: seed 003's signal lost).
-        self.holder = None
-        if plan.special is not None:
-            strip = CHATML_MARKUP if plan.cleanup else None
-            self.holder = DisplayCleanup(plan.special, strip=strip, end_at_end_of_turn=True)
+        # Every special token kept whole and an end-of-turn token ends the text (it used to flow
+        # on: seed 003's signal lost). Markup is stripped only at the end, from display text.
+        self.holder = DisplayCleanup(plan.special, end_at_end_of_turn=True) if plan.special is not None else None
+        strip = display_markup(plan.special or SpecialTokens(), plan.markup) if plan.cleanup else frozenset()
+        self.cleaner = DisplayCleanup(SpecialTokens(), markup=strip) if strip else None
         self.splitter = ReasoningSplitter(starts_in_reasoning=plan.starts_in_reasoning) if plan.reasoning else None
         self.parser = ToolCallParser(plan.tool_formats, tool_names=plan.tool_names) if plan.tools else None
 
@@ -98,17 +101,43 @@ class TextRepair:
                 pieces += self.splitter.flush()
         elif text:
             pieces = [Text("content", text)]
-        if self.parser is None:
-            return pieces
+        if self.parser is not None:
+            parsed: list[Piece] = []
+            for piece in pieces:
+                if isinstance(piece, Text) and piece.kind == "content":
+                    parsed += self.parser.feed(piece.text)
+                else:
+                    parsed.append(piece)
+            if final:
+                parsed += self.parser.flush()
+            pieces = parsed
+        return self._clean(pieces, final=final) if self.cleaner is not None else pieces
+
+    def _clean(self, pieces: list[Piece], *, final: bool) -> list[Piece]:
+        """Strip markup from runs of text of one kind; a call or a change of kind ends a run, and
+        what the cleaner held of it goes out first, so the order of pieces is kept."""
         out: list[Piece] = []
         for piece in pieces:
-            if isinstance(piece, Text) and piece.kind == "content":
-                out += self.parser.feed(piece.text)
+            if isinstance(piece, Text):
+                if self._cleaning not in (None, piece.kind):
+                    out += self._end_run()
+                self._cleaning = piece.kind
+                assert self.cleaner is not None
+                text = self.cleaner.feed(piece.text)
+                if text:
+                    out.append(Text(piece.kind, text))
             else:
+                out += self._end_run()
                 out.append(piece)
         if final:
-            out += self.parser.flush()
+            out += self._end_run()
         return out
+
+    def _end_run(self) -> list[Piece]:
+        kind, self._cleaning = self._cleaning, None
+        assert self.cleaner is not None
+        held = self.cleaner.flush()
+        return [Text(kind, held)] if kind is not None and held else []
 
 
 def plan_tool_names(tools: Sequence[object] | None) -> frozenset[str]:

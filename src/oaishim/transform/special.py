@@ -13,8 +13,8 @@ waited forever. Three rules come out of it; the first two live here, the third i
   ``"end|>"``); :class:`SpecialTokenHolder` holds back a tail that could still grow into a special
   token, so every token comes out whole, in one piece. (Multi-byte characters are already whole
   here: this level works on ``str``; the SSE decoder joins split UTF-8.)
-* **The end signal travels apart from the display text.** ``cleanup.DisplayCleanup`` strips markup
-  that is *not* protected, never a protected token, and notes when an end-of-turn token passes.
+* **The end signal travels apart from the display text.** ``cleanup.DisplayCleanup`` strips only
+  tokens it is told are markup, never an end-of-turn token, and notes when one passes.
 
 Where tokens overlap, the text is read left to right and the longest token starting at a place
 wins, as a tokenizer's added-token split does; the result never depends on how the text was split.
@@ -28,12 +28,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import orjson
-
-if TYPE_CHECKING:
-    from oaishim.transform.cleanup import Markup
 
 __all__ = [
     "SpecialTokenHolder",
@@ -211,23 +208,23 @@ _PartKind = Literal["text", "keep", "strip"]
 class _Scanner:
     """Cuts text into plain text, protected tokens (``keep``) and markup (``strip``), left to right.
 
-    A token or tag is emitted only once it is decided. Everything before the *hold point* is: the
-    hold point is the first place where the rest of the buffer is still a proper prefix of a
-    protected token or (``partial``) of a tag, so whatever follows could change what is there.
-    Matches starting before it are complete and, the patterns being self-delimiting, final.
+    Both sets are literal strings (a tokenizer's special tokens, markup a profile names): no
+    pattern decides what is markup, so ordinary text the model wrote (``<||>``, ``<|x|>`` inside a
+    tool call's arguments) is never mistaken for it. At each place the longest token wins; a
+    string in both sets is kept. A token is emitted only once it is decided: everything before the
+    *hold point* is, the hold point being the first place where the rest of the buffer is still a
+    proper prefix of a token, so whatever follows could change what is there.
     """
 
-    def __init__(self, keep: Iterable[str], markup: Markup | None) -> None:
-        tokens = sorted({t for t in keep if t}, key=lambda t: (-len(t), t))
-        self.markup = markup
-        self._keep = re.compile("|".join(map(re.escape, tokens))) if tokens else None
+    def __init__(self, keep: Iterable[str], strip: Iterable[str] = ()) -> None:
+        kept = {t for t in keep if t}
+        self._strip = frozenset(t for t in strip if t) - kept
+        tokens = sorted(kept | self._strip, key=lambda t: (-len(t), t))
+        self._tokens = re.compile("|".join(map(re.escape, tokens))) if tokens else None
         self._longest = len(tokens[0]) if tokens else 0
         self._prefixes = frozenset(t[:k] for t in tokens for k in range(1, len(t)))
         firsts = "".join(sorted({t[0] for t in tokens}))
         self._firsts = re.compile(f"[{re.escape(firsts)}]") if firsts else None
-        self._partial_end = (
-            re.compile(f"(?:{markup.partial.pattern})\\Z", markup.partial.flags) if markup is not None else None
-        )
         self.buf = ""
 
     def feed(self, text: str) -> list[tuple[_PartKind, str]]:
@@ -242,54 +239,26 @@ class _Scanner:
         parts: list[tuple[_PartKind, str]] = []
         while True:
             hold = len(buf) if final else self._hold_point(buf, i)
-            found = self._next(buf, i, hold)
-            if found is None:
+            found = self._tokens.search(buf, i) if self._tokens is not None else None
+            if found is None or found.start() >= hold:
                 if hold > i:
                     parts.append(("text", buf[i:hold]))
                 self.buf = buf[hold:]
                 return parts
-            kind, start, end = found
+            start, end = found.span()
             if start > i:
                 parts.append(("text", buf[i:start]))
-            parts.append((kind, buf[start:end]))
+            token = found.group()
+            parts.append(("strip" if token in self._strip else "keep", token))
             i = end
 
-    def _next(self, buf: str, i: int, limit: int) -> tuple[_PartKind, int, int] | None:
-        """The first protected token or acceptable tag starting in ``[i, limit)``; a token wins a tie."""
-        keep = self._keep.search(buf, i) if self._keep is not None else None
-        if keep is not None and keep.start() < limit:
-            limit = keep.start()
-        else:
-            keep = None
-        tag = self._next_tag(buf, i, limit) if self.markup is not None else None
-        if tag is not None:
-            return "strip", tag.start(), tag.end()
-        if keep is not None:
-            return "keep", keep.start(), keep.end()
-        return None
-
-    def _next_tag(self, buf: str, pos: int, limit: int) -> re.Match[str] | None:
-        assert self.markup is not None
-        while (tag := self.markup.pattern.search(buf, pos)) is not None and tag.start() < limit:
-            text = tag.group()
-            # Too long a tag is left alone (see Markup); a tag never swallows a protected token.
-            if 0 < len(text) <= self.markup.max_len and (self._keep is None or self._keep.search(text) is None):
-                return tag
-            pos = tag.start() + 1
-        return None
-
     def _hold_point(self, buf: str, i: int) -> int:
-        n = hold = len(buf)
+        n = len(buf)
         if self._firsts is not None:
             for first in self._firsts.finditer(buf, max(i, n - self._longest + 1)):
                 if buf[first.start() :] in self._prefixes:
-                    hold = first.start()
-                    break
-        if self._partial_end is not None and self.markup is not None:
-            tail = self._partial_end.search(buf, max(i, n - self.markup.max_len + 1))
-            if tail is not None:
-                hold = min(hold, tail.start())
-        return hold
+                    return first.start()
+        return n
 
 
 class SpecialTokenHolder:
@@ -301,7 +270,7 @@ class SpecialTokenHolder:
 
     def __init__(self, tokens: SpecialTokens | Iterable[str]) -> None:
         special = tokens.special if isinstance(tokens, SpecialTokens) else tokens
-        self._scanner = _Scanner(special, None)
+        self._scanner = _Scanner(special)
 
     @property
     def held(self) -> str:
