@@ -140,3 +140,48 @@ def test_files_are_private_even_under_a_permissive_umask(tmp_path: Path) -> None
     modes: dict[str, Any] = _modes(tmp_path / "c")
     assert modes and set(modes.values()) == {0o600}
     assert stat.S_IMODE((tmp_path / "c").stat().st_mode) == 0o700
+
+
+# ---------------------------------------------------------------------------------------------------
+# Gaps: a secret in a body stored as base64, more secret query names, an existing folder's mode
+
+
+def test_a_secret_in_a_body_that_is_not_utf8_is_scrubbed() -> None:
+    from _apps import backend_record
+
+    from oaishim.capture.build import build_record
+    from oaishim.capture.record import body_bytes
+    from oaishim.capture.redact import Redactor
+
+    body = b"\xff\xfe binary " + UPSTREAM.encode() + b" tail \x80"
+    raw = backend_record(CHAT, [body], content_type="application/octet-stream")
+    record, line = build_record(raw, Redactor.build(secrets=[UPSTREAM]), run_checker=False)
+    assert UPSTREAM.encode() not in line
+    for side in ("client", "upstream"):
+        response = record[side]["response"]
+        assert "body_b64" in response  # still not UTF-8: stored as base64, without the secret
+        assert body_bytes(response) == body.replace(UPSTREAM.encode(), b"[REDACTED]")
+    assert "literal" in record["redacted"]
+
+
+@pytest.mark.parametrize(
+    "name", ["access-token", "auth", "secret", "password", "signature", "client_secret", "API-Key", "Client-Secret"]
+)
+def test_more_query_parameters_are_secret(name: str) -> None:
+    from oaishim.capture.redact import Redactor
+
+    found: set[str] = set()
+    notes: set[str] = set()
+    target = Redactor().target(f"/v1/x?model=m&{name}={QUERY}", found, notes)
+    assert QUERY not in target and "model=m" in target
+    assert QUERY in found and notes == {"query:" + name.lower().replace("-", "_")}
+
+
+def test_an_existing_capture_folder_is_made_private(tmp_path: Path) -> None:
+    from _apps import backend_record, write_store
+
+    folder = tmp_path / "c"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    write_store(folder, [backend_record(CHAT, [b"{}"], content_type="application/json")])
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700

@@ -15,7 +15,7 @@ import orjson
 
 from oaishim.capture.raw import HeaderPairs, RawExchange, RawRequest, RawResponse
 from oaishim.capture.record import VERSION, Record, body_bytes, encode_body, header_value, path_of, request_json
-from oaishim.capture.redact import Redactor, scrub
+from oaishim.capture.redact import Redactor, scrub, scrub_bytes
 from oaishim.capture.timeline import first_token_ms, is_stream, iter_timed_events, timed_events
 from oaishim.check import check, exchange_from_bytes
 from oaishim.wire.sse import encode_event
@@ -163,6 +163,7 @@ def build_record(raw: RawExchange, redactor: Redactor, *, run_checker: bool = Tr
             "client": findings_of(client["request"], client["response"]),
             "upstream": findings_of(upstream["request"], upstream["response"]) if upstream else [],
         }
+    _scrub_binary_bodies(record, builder.found, builder.notes)
     record["redacted"] = sorted(builder.notes)
     line = orjson.dumps(record)
     if any(orjson.dumps(s)[1:-1] in line for s in builder.found):  # a secret outside the redacted places
@@ -171,6 +172,19 @@ def build_record(raw: RawExchange, redactor: Redactor, *, run_checker: bool = Tr
         line = scrub(orjson.dumps(record), builder.found, builder.notes)
         record = orjson.loads(line)  # the dict must not keep what the line no longer holds
     return record, line + b"\n"
+
+
+def _scrub_binary_bodies(record: Record, secrets: set[str], notes: set[str]) -> None:
+    """A body that is not UTF-8 is stored as base64, where the last scrub of the line cannot see a
+    secret: scrub its bytes before they are encoded."""
+    for side in (record.get("client"), record.get("upstream")):
+        for message in (side or {}).values():
+            if isinstance(message, dict) and "body_b64" in message:
+                data = body_bytes(message)
+                cleaned = scrub_bytes(data, secrets, notes)
+                if cleaned is not data:
+                    del message["body_b64"]
+                    message.update(encode_body(cleaned))
 
 
 def warm_up() -> None:

@@ -37,7 +37,33 @@ SECRET_HEADERS = frozenset(
         "set-cookie",
     }
 )
-SECRET_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
+# Query parameter names compared after normalising (lower case, "-" as "_"): access-token is access_token.
+SECRET_QUERY = frozenset(
+    {
+        "key",
+        "api_key",
+        "apikey",
+        "access_token",
+        "token",
+        "auth",
+        "secret",
+        "password",
+        "passwd",
+        "signature",
+        "sig",
+        "client_secret",
+        "refresh_token",
+        "id_token",
+        "session",
+        "x_api_key",
+    }
+)
+
+
+def secret_query(name: str) -> bool:
+    return name.lower().replace("-", "_") in SECRET_QUERY
+
+
 _SEGMENT = re.compile(r"\.([^.\[\]]+)|\[(\*|\d+)\]")
 
 PathPart = str | int  # a key, an index, or "*" for every key or item
@@ -125,14 +151,14 @@ class Redactor:
         if not sep:
             return target
         pairs = parse_qsl(query, keep_blank_values=True)
-        if not any(k.lower() in SECRET_QUERY for k, _ in pairs):
+        if not any(secret_query(k) for k, _ in pairs):
             return target
         cleaned = []
         for key, value in pairs:
-            secret = key.lower() in SECRET_QUERY
+            secret = secret_query(key)
             if secret:
                 found.update(secret_values(value))
-                notes.add("query:" + key.lower())
+                notes.add("query:" + key.lower().replace("-", "_"))
             cleaned.append((key, MASK if secret else value))
         return base + "?" + urlencode(cleaned, quote_via=quote)
 
@@ -154,6 +180,16 @@ class Redactor:
         except orjson.JSONDecodeError:
             return None
         return orjson.dumps(value) if self.json(value, notes) else None
+
+
+def scrub_bytes(data: bytes, secrets: Iterable[str], notes: set[str]) -> bytes:
+    """Replace each secret, as raw UTF-8 bytes, in a body (the same object back when none is there)."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        raw = secret.encode()
+        if raw in data:
+            data = data.replace(raw, MASK.encode())
+            notes.add("literal")
+    return data
 
 
 def scrub(line: bytes, secrets: Iterable[str], notes: set[str]) -> bytes:

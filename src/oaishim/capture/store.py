@@ -35,6 +35,7 @@ Build = Callable[[RawExchange], tuple[Record, bytes]]
 
 def private_dir(directory: Path) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    directory.chmod(0o700)  # also when it already existed with a wider mode
 
 
 def open_private(path: Path) -> int:
