@@ -24,6 +24,7 @@ No I/O here: ``server/`` calls these on every request.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
@@ -34,6 +35,8 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # Decoded, these would change how the path splits (or end it) somewhere along the way.
 _REFUSED_ENCODED = {ord("/"): "/", ord("\\"): "\\", ord("?"): "?", ord("#"): "#", ord(";"): ";"}
+# A path already canonical, the common case: no escape, no backslash, no "//", no segment starting with "."
+_PLAIN = re.compile(rb"/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*")
 # Query bytes sent on as they are: RFC 3986 query characters, with "%" for escapes already there.
 _QUERY_SAFE = "-._~!$&'()*+,;=:@/?%"
 
@@ -78,6 +81,8 @@ def _decode(raw: bytes) -> str:
 def normalize_path(raw: bytes) -> str:
     """The canonical form of a request target's path (the query already split off, as ASGI's
     ``raw_path`` is); raises :class:`BadTarget` for a target the gateway refuses."""
+    if _PLAIN.fullmatch(raw) and b"//" not in raw and b"/." not in raw:
+        return raw.decode("ascii")
     if not raw.startswith(b"/"):
         raise BadTarget("the request target must be a path that starts with '/'.")
     segments = _decode(raw).split("/")[1:]
