@@ -132,6 +132,14 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--capture", type=Path, metavar="DIR", help="record every exchange, both sides, in DIR")
     p.add_argument("--capture-redact", action="append", default=[], metavar="JSONPATH", help="also redact this")
+    p.add_argument(
+        "--passthrough",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a backend path clients may reach, '[METHOD] PATH' or a prefix 'PATH*' (repeatable; 'none' for none; "
+        "default: POST /tokenize, POST /detokenize, GET /version)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -157,6 +165,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             display_cleanup=args.display_cleanup,
             capture=args.capture,
             capture_redact=args.capture_redact,
+            passthrough=args.passthrough,
         )
     except ConfigError as exc:
         return _fail(str(exc))

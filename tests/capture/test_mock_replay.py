@@ -154,7 +154,7 @@ def test_proxy_answers_an_unreachable_upstream_and_records_it(tmp_path: Path) ->
     assert status == 502 and orjson.loads(body)["error"]["code"] == "upstream_unreachable"
     (record,) = CaptureReader(tmp_path).records()
     assert record["upstream"] is None and record["client"]["response"]["status"] == 502
-    assert "no upstream replica" in record["error"]
+    assert "No upstream replica" in record["error"]
 
 
 def test_gateway_records_a_client_that_goes_away(tmp_path: Path) -> None:

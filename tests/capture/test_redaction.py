@@ -66,7 +66,13 @@ def test_gateway_capture_keeps_no_key(tmp_path: Path, caplog: pytest.LogCaptureF
     backend = EchoBackend(cookie=f"session={SET_COOKIE}; HttpOnly")
     with RunningApp(backend) as upstream:
         route = ModelRoute(name="tiny", upstreams=(upstream.url,), profile="llamacpp", upstream_api_key=UPSTREAM)
-        settings = Settings(models=(route,), api_keys=(CLIENT,), capture_dir=folder, capture_redact=("$.user",))
+        settings = Settings(
+            models=(route,),
+            api_keys=(CLIENT,),
+            capture_dir=folder,
+            capture_redact=("$.user",),
+            passthrough=("/echo-auth",),
+        )
         with RunningApp(Gateway(settings)) as gw:
             bearer = {"Authorization": f"Bearer {CLIENT}", "x-api-key": CLIENT, "Cookie": f"session={COOKIE}"}
             assert post(gw.url + "/v1/chat/completions", {**CHAT, "stream": True}, bearer)[0] == 200

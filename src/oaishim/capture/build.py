@@ -15,7 +15,7 @@ import orjson
 
 from oaishim.capture.raw import HeaderPairs, RawExchange, RawRequest, RawResponse
 from oaishim.capture.record import VERSION, Record, body_bytes, encode_body, header_value, path_of, request_json
-from oaishim.capture.redact import Redactor, scrub, scrub_bytes
+from oaishim.capture.redact import Redactor, scrub, scrub_bytes, secret_needles
 from oaishim.capture.timeline import first_token_ms, is_stream, iter_timed_events, timed_events
 from oaishim.check import check, exchange_from_bytes
 from oaishim.wire.sse import encode_event
@@ -181,8 +181,9 @@ def _scrub_binary_bodies(record: Record, secrets: set[str], notes: set[str]) -> 
         for message in (side or {}).values():
             if isinstance(message, dict) and "body_b64" in message:
                 data = body_bytes(message)
-                cleaned = scrub_bytes(data, secrets, notes)
+                cleaned = scrub_bytes(data, secret_needles(secrets))
                 if cleaned is not data:
+                    notes.add("literal")
                     del message["body_b64"]
                     message.update(encode_body(cleaned))
 

@@ -86,6 +86,8 @@ class CaptureProxy:
         except BodyTooLarge:
             raise too_large(self.settings.max_body_bytes) from None
         query = scope.get("query_string", b"")
+        # Forwarded as it came; Upstreams.open refuses a target that is not a path ("*@host:port/x"
+        # would otherwise name another host after the upstream's base URL).
         target = (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
         headers = [
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() not in NOT_FORWARDED

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from oaishim.capture.redact import scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import detect
@@ -27,6 +28,7 @@ from oaishim.server.asgi import (
     Send,
     header,
     read_body,
+    scrubbing,
     send_error,
     send_json,
 )
@@ -47,6 +49,8 @@ from oaishim.wire.errors import (
     too_large,
     unauthorized,
 )
+from oaishim.wire.headers import passthrough_headers, retry_headers
+from oaishim.wire.paths import BadTarget, allowed, normalize_path, parse_rule, quote_query
 
 log = logging.getLogger("oaishim.gateway")
 ENDPOINTS: dict[str, Endpoint] = {
@@ -59,16 +63,8 @@ NORMALIZERS = {
     "completions": normalize.normalize_completion,
     "embeddings": normalize.normalize_embeddings,
 }
-HOP_BY_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"transfer-encoding",
-    b"upgrade",
-    b"proxy-authenticate",
-    b"te",
-    b"trailer",
-    b"content-length",
-}
+# The gateway's own routes and the one method each answers; another method gets 405.
+OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/models": "GET", "/health": "GET"}
 
 
 def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
@@ -125,6 +121,10 @@ class Gateway:
         self.profiles: dict[str, Profile] = {}
         self.started = int(time.time())
         self.recording = recording_for(settings)  # None unless --capture DIR
+        self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
+        # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
+        # its key in an error, a header that repeats it, a model that was told it).
+        self.secrets = secret_needles([*settings.api_keys, *(route.upstream_api_key for route in settings.models)])
 
     # -- lifespan ----------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -175,6 +175,8 @@ class Gateway:
         rec = None if self.recording is None or scope["path"] == "/health" else self.recording.begin(scope)
         if rec is not None:
             receive, send = rec.wrap(receive, send)
+        if self.secrets:
+            send = scrubbing(send, self.secrets)
         try:
             await self._http(scope, receive, send, rec)
         except OpenAIError as error:
@@ -197,18 +199,35 @@ class Gateway:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None) -> None:
-        method, path = scope["method"], scope["path"]
+        method = scope["method"]
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        try:
+            # Routing and the backend both see this one canonical path (wire.paths says why)
+            path = normalize_path(raw_path)
+        except BadTarget as exc:
+            shown = raw_path[:200].decode("latin-1")
+            raise bad_request(f"Invalid URL ({method} {shown}): {exc.reason}") from None
         if path == "/health" and method == "GET":
             await send_json(send, 200, {"status": "ok"})
             return
         if not self.keys.allows(header(scope, b"authorization"), header(scope, b"api-key")):
             raise unauthorized()
-        if method == "POST" and path in ENDPOINTS:
+        own = OWN_ROUTES.get(path)
+        if own is not None and method != own:
+            raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
+        if path in ENDPOINTS:
             await self._openai(ENDPOINTS[path], path, scope, receive, send, rec)
-        elif method == "GET" and path == "/v1/models":
+        elif path == "/v1/models":
             await self._models(send)
+        elif path.startswith("/v1/models/") and method == "GET":
+            await self._model(path.removeprefix("/v1/models/"), send)
         else:
-            await self._passthrough(scope, receive, send, rec)
+            verdict = allowed(self.passthrough, method, path)
+            if verdict is None or not self.settings.models:
+                raise not_found(f"Invalid URL ({method} {path})")
+            if not verdict:
+                raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
+            await self._passthrough(path, scope, receive, send, rec)
 
     async def _body(self, receive: Receive) -> bytes:
         try:
@@ -268,7 +287,8 @@ class Gateway:
             finally:
                 response.release()
             if refusal.encode() not in raw:
-                await send_error(send, normalize_upstream_error(400, raw, context_param=ctx.context_param), extra)
+                error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
+                await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
                 return
             log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
             body = {**prepared.body, "tool_choice": "none"}
@@ -282,7 +302,8 @@ class Gateway:
         finally:
             response.release()
 
-    async def _models(self, send: Send) -> None:
+    async def _names(self) -> list[str]:
+        """The model names clients may use: the routes', and a wildcard backend's own."""
         names = [r.name for r in self.settings.models if r.name != "*"]
         wildcard = next((r for r in self.settings.models if r.name == "*"), None)
         if wildcard is not None:
@@ -295,36 +316,49 @@ class Gateway:
                 response.release()
             data = listing.get("data") if isinstance(listing, dict) else None
             names += [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-        cards = [
-            {"id": n, "object": "model", "created": self.started, "owned_by": "oaishim"} for n in dict.fromkeys(names)
-        ]
-        await send_json(send, 200, {"object": "list", "data": cards})
+        return list(dict.fromkeys(names))
 
-    async def _passthrough(self, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None) -> None:
-        """Any other path (/tokenize, /version, …) goes to the first model's backend as it is."""
-        if not self.settings.models:
-            raise OpenAIError(404, f"Invalid URL ({scope['method']} {scope['path']})", "invalid_request_error")
+    def _card(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.started, "owned_by": "oaishim"}
+
+    async def _models(self, send: Send) -> None:
+        await send_json(send, 200, {"object": "list", "data": [self._card(n) for n in await self._names()]})
+
+    async def _model(self, name: str, send: Send) -> None:
+        """``GET /v1/models/{model}`` (the SDK's ``models.retrieve``), from the same list."""
+        if name not in await self._names():
+            raise not_found(
+                f"The model `{name}` does not exist or you do not have access to it.", code="model_not_found"
+            )
+        await send_json(send, 200, self._card(name))
+
+    async def _passthrough(
+        self, path: str, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None
+    ) -> None:
+        """A listed backend path (``/tokenize``, ``/version``, …), sent to the first model's backend with
+        the gateway's upstream key: the answer's body as it is, its errors in the official shape."""
         body = await self._body(receive)
-        query = scope.get("query_string", b"")
-        target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        query = quote_query(scope.get("query_string", b""))
         content_type = header(scope, b"content-type")
         response = await open_upstream(
             self.upstreams,
             rec,
             self.settings.models[0],
             scope["method"],
-            target,
+            path + ("?" + query if query else ""),
             body or None,
             content_type.decode("latin-1") if content_type else None,
         )
+        tap = rec.upstream_read if rec is not None else None
         try:
-            headers = [
-                (k.lower().encode(), v.encode())
-                for k, v in response.headers.items()
-                if k.lower().encode() not in HOP_BY_HOP
-            ]
+            if response.status >= 400:
+                raw = b"".join([piece async for piece in chunks(response, tap)])
+                error = normalize_upstream_error(response.status, scrub_bytes(raw, self.secrets))
+                await send_error(send, error, retry_headers(response.raw_headers))
+                return
+            headers = passthrough_headers(response.raw_headers)
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            async for piece in chunks(response, rec.upstream_read if rec is not None else None):
+            async for piece in chunks(response, tap):
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from oaishim.capture.redact import scrub_bytes
 from oaishim.wire.errors import OpenAIError
 
 Scope = MutableMapping[str, Any]
@@ -62,3 +63,39 @@ async def send_json(send: Send, status: int, payload: Any, extra: Iterable[tuple
 
 async def send_error(send: Send, error: OpenAIError, extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
     await send_bytes(send, error.status, error.to_bytes(), b"application/json", extra)
+
+
+def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Send:
+    """``send``, with every needle (a secret's bytes) masked in each header value and body piece a
+    client is sent, and ``Set-Cookie`` dropped. A response with a ``Content-Length`` is held back
+    until its first body piece, so the length can follow a scrubbed body.
+
+    A piece is scrubbed on its own: a secret split across two pieces is not caught. Error bodies and
+    plain bodies are one piece; a stream could only split one inside content a model wrote token by
+    token, and holding bytes back to catch that would delay every stream."""
+    held: Message | None = None
+
+    async def scrubbed(message: Message) -> None:
+        nonlocal held
+        if message["type"] == "http.response.start":
+            headers = [(k, scrub_bytes(bytes(v), needles)) for k, v in message.get("headers", ()) if k != b"set-cookie"]
+            message = {**message, "headers": headers}
+            if any(k == b"content-length" for k, _ in headers):
+                held = message
+                return
+        elif message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            clean = scrub_bytes(body, needles)
+            if clean is not body:
+                message = {**message, "body": clean}
+            if held is not None:
+                start, held = held, None
+                more = message.get("more_body", False)
+                if clean is not body or more:  # the length changed, or is not known yet
+                    framing = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+                    framing += [] if more else [(b"content-length", str(len(clean)).encode())]
+                    start = {**start, "headers": framing}
+                await send(start)
+        await send(message)
+
+    return scrubbed

@@ -25,8 +25,12 @@ from oaishim.capture.redact import parse_path
 from oaishim.profiles import get_profile
 from oaishim.transform.context import ReasoningField
 from oaishim.transform.special import SpecialTokens, load_special_tokens
+from oaishim.wire.paths import parse_rule
 
 REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning", "both", "drop")
+# Backend paths a client may reach through the gateway besides the OpenAI endpoints: read-only ones.
+# Admin routes (vLLM /v1/load_lora_adapter, /sleep; SGLang /flush_cache, …) stay out unless listed.
+DEFAULT_PASSTHROUGH = ("POST /tokenize", "POST /detokenize", "GET /version")
 
 
 class ConfigError(ValueError):
@@ -60,6 +64,7 @@ class Settings:
     idle_timeout: float = 300.0
     capture_dir: Path | None = None  # record every exchange there (oaishim.capture)
     capture_redact: tuple[str, ...] = ()  # JSON paths redacted in the records, beyond keys and cookies
+    passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def route(self, model: str | None) -> ModelRoute | None:
@@ -120,6 +125,19 @@ def _keys(value: Any, name: str) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
         raise ConfigError(f"{name}: expected a list of strings, got {value!r}")
     return tuple(k.strip() for k in value if k.strip())
+
+
+def _passthrough(value: Any) -> tuple[str, ...]:
+    """Pass-through entries from flags, a comma-separated variable or a list; "none" lists none."""
+    entries = _keys(value, "passthrough")
+    if [e.lower() for e in entries] == ["none"]:
+        return ()
+    for entry in entries:
+        try:
+            parse_rule(entry)
+        except ValueError as exc:
+            raise ConfigError(f"passthrough: {exc}") from None
+    return entries
 
 
 def load_file(path: Path) -> dict[str, Any]:
@@ -183,6 +201,7 @@ def build_settings(
     display_cleanup: bool | None = None,
     capture: Path | None = None,
     capture_redact: Sequence[str] = (),
+    passthrough: Sequence[str] = (),
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -240,6 +259,7 @@ def build_settings(
             parse_path(path)
         except ValueError as exc:
             raise ConfigError(f"capture_redact: {exc}") from None
+    passing = _passthrough(passthrough or _env("PASSTHROUGH") or data.get("passthrough", DEFAULT_PASSTHROUGH))
     port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
     return Settings(
         models=routes,
@@ -258,4 +278,5 @@ def build_settings(
         idle_timeout=_number(data.get("idle_timeout", 300.0), "idle_timeout", float, 1e-3),
         capture_dir=capture_dir,
         capture_redact=redact,
+        passthrough=passing,
     )

@@ -22,6 +22,7 @@ from oaishim.server.upstream import Tap, chunks
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.stream import StreamNormalizer
 from oaishim.wire.errors import OpenAIError, normalize_upstream_error
+from oaishim.wire.headers import retry_headers
 from oaishim.wire.sse import SSEDecoder
 
 log = logging.getLogger("oaishim.relay")
@@ -45,13 +46,14 @@ async def relay_plain(
 ) -> None:
     raw = await _read_all(response, tap)
     if response.status >= 400:
-        await send_error(send, normalize_upstream_error(response.status, raw, context_param=ctx.context_param), extra)
+        error = normalize_upstream_error(response.status, raw, context_param=ctx.context_param)
+        await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
         return
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         await send_error(
-            send, OpenAIError(502, "the upstream answered with a body that is not JSON", "server_error"), extra
+            send, OpenAIError(502, "The upstream answered with a body that is not JSON.", "server_error"), extra
         )
         return
     if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
@@ -130,7 +132,7 @@ async def relay_stream(
         await send_error(
             send,
             normalize_upstream_error(response.status, await _read_all(response, tap), context_param=ctx.context_param),
-            extra,
+            [*extra, *retry_headers(response.raw_headers)],
         )
         return
     normalizer = StreamNormalizer(ctx)
@@ -166,7 +168,12 @@ async def relay_stream(
         tail = normalizer.fail(error)
     except (aiohttp.ClientError, ConnectionError) as exc:
         tail = normalizer.fail(
-            OpenAIError(502, f"the upstream connection broke: {exc}", "server_error", code="upstream_disconnected")
+            OpenAIError(
+                502,
+                f"The upstream connection broke in the middle of the stream ({type(exc).__name__}).",
+                "server_error",
+                code="upstream_disconnected",
+            )
         )
     finally:
         response.close()  # also when cancelled because the client went away: the backend stops now

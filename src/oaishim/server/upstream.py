@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp.typedefs import LooseHeaders
+from yarl import URL
 
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.wire.errors import OpenAIError
+from oaishim.wire.errors import OpenAIError, bad_request
+from oaishim.wire.paths import BadTarget, join_upstream
 
 log = logging.getLogger("oaishim.upstream")
 Tap = Callable[[bytes], None]  # sees each piece of a body as it is read, then b"" at its end
@@ -86,17 +88,24 @@ class Upstreams:
         headers: LooseHeaders | None = None,
     ) -> aiohttp.ClientResponse:
         """Send one request, trying the replicas in turn while connecting fails; return once the
-        response headers are in (the first-byte timeout covers that wait). ``headers``, when given,
-        are sent as they are instead of the gateway's own (the capture proxy forwards the client's)."""
+        response headers are in (the first-byte timeout covers that wait). ``path`` is an
+        origin-form target (``/…``, with its query), sent byte for byte; a target that would leave
+        the replica's host is refused (400). ``headers``, when given, are sent as they are instead
+        of the gateway's own (the capture proxy forwards the client's)."""
         assert self.session is not None, "Upstreams.start() was not awaited"
         last: Exception | None = None
         for base in self.replicas[route.name].order():
+            try:
+                # encoded: yarl would otherwise re-quote the target and resolve its dot segments
+                url = URL(join_upstream(base, path), encoded=True)
+            except BadTarget as exc:
+                raise bad_request(f"Invalid URL ({method} {path[:200]}): {exc.reason}") from None
             for _try in (1, 2):
                 try:
                     async with asyncio.timeout(self.settings.first_byte_timeout):
                         return await self.session.request(
                             method,
-                            base + path,
+                            url,
                             data=body,
                             headers=self._headers(route, content_type) if headers is None else headers,
                             skip_auto_headers=None if headers is None else _AUTO_HEADERS,
@@ -114,22 +123,28 @@ class Upstreams:
                 except TimeoutError as exc:
                     raise OpenAIError(
                         504,
-                        f"the upstream did not answer within {self.settings.first_byte_timeout:g} s",
+                        f"The upstream did not answer within {self.settings.first_byte_timeout:g} s.",
                         "server_error",
                         code="upstream_timeout",
                     ) from exc
                 except aiohttp.ClientError as exc:  # not HTTP at all, a broken status line
                     raise OpenAIError(
                         502,
-                        f"the upstream answered with no valid HTTP response ({type(exc).__name__})",
+                        f"The upstream answered with no valid HTTP response ({type(exc).__name__}).",
                         "server_error",
                     ) from exc
         raise OpenAIError(
             502,
-            f"no upstream replica could be reached ({type(last).__name__})",
+            f"No upstream replica could be reached ({type(last).__name__}).",
             "server_error",
             code="upstream_unreachable",
         )
+
+
+def _fault(exc: BaseException) -> str:
+    """What went wrong, by type name: aiohttp wraps the informative error (``ContentLengthError``,
+    ``TransferEncodingError``) in a ``ClientPayloadError`` whose text is a repr of it."""
+    return type(exc.__cause__ or exc).__name__
 
 
 async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> AsyncIterator[bytes]:
@@ -143,9 +158,12 @@ async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> As
             tap(b"")
     except TimeoutError as exc:
         raise OpenAIError(
-            504, "the upstream went idle in the middle of the response", "server_error", code="upstream_timeout"
+            504, "The upstream went idle in the middle of the response.", "server_error", code="upstream_timeout"
         ) from exc
     except aiohttp.ClientPayloadError as exc:
         raise OpenAIError(
-            502, f"the upstream connection broke: {exc}", "server_error", code="upstream_disconnected"
+            502,
+            f"The upstream connection broke in the middle of the response ({_fault(exc)}).",
+            "server_error",
+            code="upstream_disconnected",
         ) from exc
