@@ -372,13 +372,13 @@ HELLO = {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who a
 @pytest.mark.parametrize("piece", [0, 1], ids=["whole-body", "1-byte-pieces"])
 def test_end_of_turn_split_across_chunks(backend: Replayer, gateways: Any, cleanup: bool, piece: int) -> None:
     """The last content piece is ``<|im_`` + ``end|>`` in two chunks: the client gets the tag whole in
-    one delta, every character, the finish and ``[DONE]``; markup outside the protected set goes
-    only when the cleanup is on."""
+    one delta, every character, the finish and ``[DONE]``; a special token that does not end the turn
+    goes only when the cleanup is on, and text shaped like a tag (``<|x|>``) never."""
     url = gateways("vllm", special_tokens=CHATML, display_cleanup=cleanup)
-    body = vllm_stream(["Hello", "!", " I", "<|x|>", " am", " Qwen", ".", "<|im_", "end|>"])
+    body = vllm_stream(["Hello", "!", " I", "<|im_start|>", " am", "<|x|>", " Qwen", ".", "<|im_", "end|>"])
     canned = Canned(body, content_type="text/event-stream", piece=piece)
     got, raw = through_gateway(url, backend, canned, HELLO, EOT_RULES)
-    text = "Hello! I am Qwen.<|im_end|>" if cleanup else "Hello! I<|x|> am Qwen.<|im_end|>"
+    text = "Hello! I am<|x|> Qwen.<|im_end|>" if cleanup else "Hello! I<|im_start|> am<|x|> Qwen.<|im_end|>"
     assert got == (text, None, [], "stop")
     deltas = [json.loads(d)["choices"][0]["delta"].get("content") for d in sse_data(raw)[:-1]]
     assert deltas[-2].endswith("<|im_end|>")  # whole, in the last content delta
