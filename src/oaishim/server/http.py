@@ -116,10 +116,17 @@ class GuardedHttpTools(HttpToolsProtocol):
             heads = self._heads
             super().data_received(data)
             if self._heads == heads:  # still inside the same head
-                if self._head_bytes >= self.limits.max_header_bytes and not self._refused:
+                if self._refused:
+                    return
+                if self._head_bytes >= self.limits.max_header_bytes:
                     limit = self.limits.max_header_bytes
                     message = f"The request headers are too large: the limit is {limit} bytes."
                     self._refuse(OpenAIError(431, message, "invalid_request_error", code="headers_too_large"))
+                elif self._timer is None:
+                    # a head in pieces on a kept-alive connection: its time starts now (a head that
+                    # arrives whole, the usual case, costs no timer; a pipelined one begun behind a
+                    # complete request is bounded by uvicorn's keep-alive timeout)
+                    self._arm(self.limits.header_timeout, self._head_timed_out)
                 return
         else:
             super().data_received(data)
@@ -130,11 +137,6 @@ class GuardedHttpTools(HttpToolsProtocol):
         if rest:
             self.data_received(rest)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self._timer is None:  # the first byte of a request on a kept-alive connection
-            self._arm(self.limits.header_timeout, self._head_timed_out)
-
     def on_headers_complete(self) -> None:
         self._cancel()
         self._in_head = False
@@ -142,7 +144,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         limit = self.limits.max_body_bytes
         if limit is not None:
             declared = next((value for name, value in self.headers if name == b"content-length"), b"0")
-            if int(declared) > limit:  # the parser has checked it is a number
+            if declared.isdigit() and int(declared) > limit:  # (the parser refuses a value that is not a number)
                 self._refuse(too_large(limit))
                 return
         super().on_headers_complete()
