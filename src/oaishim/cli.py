@@ -140,8 +140,28 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a backend path clients may reach, '[METHOD] PATH' or a prefix 'PATH*' (repeatable; 'none' for none; "
         "default: POST /tokenize, POST /detokenize, GET /version)",
     )
+    _add_limits(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
+
+
+# (flag, type, help): the client side, then the upstream side; defaults are in server/config.py
+_LIMITS: tuple[tuple[str, type[int] | type[float], str], ...] = (
+    ("--header-timeout", float, "seconds a client has to send a request's head (default 20)"),
+    ("--body-timeout", float, "seconds a client has to send a request's body, after its head (default 60)"),
+    ("--max-header-bytes", int, "the largest request head, request line and headers (default 65536)"),
+    ("--max-body-bytes", int, "the largest request body (default 16777216)"),
+    ("--max-connections", int, "open client connections at most, 0 for no bound (default 1024)"),
+    ("--connect-timeout", float, "seconds to connect to the upstream (default 10)"),
+    ("--first-byte-timeout", float, "seconds for the upstream's response head, from the request (default 600)"),
+    ("--idle-timeout", float, "seconds the upstream may go silent inside a response (default 300)"),
+    ("--total-timeout", float, "seconds for the whole upstream exchange, 0 for none (default none)"),
+)
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    for flag, kind, text in _LIMITS:
+        p.add_argument(flag, type=kind, metavar="N" if kind is int else "SECONDS", help=text)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -166,6 +186,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             capture=args.capture,
             capture_redact=args.capture_redact,
             passthrough=args.passthrough,
+            **{flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _LIMITS},
         )
     except ConfigError as exc:
         return _fail(str(exc))

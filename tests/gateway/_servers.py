@@ -25,6 +25,7 @@ import uvicorn
 
 from oaishim.server.app import Gateway
 from oaishim.server.config import Settings
+from oaishim.server.main import limits_for, uvicorn_config
 
 
 @dataclass
@@ -149,8 +150,9 @@ class RunningGateway:
 
     def __init__(self, settings: Settings) -> None:
         self.app = Gateway(settings)
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=settings.port, loop="asyncio", log_level="warning", lifespan="on"
+        # as `oaishim serve` configures uvicorn (the guarded HTTP protocol and its limits)
+        config = uvicorn_config(
+            self.app, "127.0.0.1", settings.port, limits_for(settings), loop="asyncio", log_level="warning"
         )
         self.server = uvicorn.Server(config)
         self.url = f"http://127.0.0.1:{settings.port}"

@@ -309,3 +309,71 @@ def test_serve_with_an_unreadable_config_exits_2(files: Any, capsys: pytest.Capt
     path = files("bad.toml", "models = [")
     assert main(["serve", "--config", str(path)]) == 2
     assert f"cannot parse the config file {path}" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------
+# Limits and timeouts: a flag, an OAISHIM_* variable and a file key each, in that precedence
+
+LIMITS = {  # setting: (flag value, environment value, file value)
+    "header_timeout": (1.5, "2.5", 3.5),
+    "body_timeout": (4.0, "5", 6.0),
+    "max_header_bytes": (4096, "8192", 16384),
+    "max_body_bytes": (1000, "2000", 3000),
+    "max_connections": (10, "20", 30),
+    "connect_timeout": (0.5, "1.5", 2.5),
+    "first_byte_timeout": (7.0, "8", 9.0),
+    "idle_timeout": (11.0, "12", 13.0),
+    "total_timeout": (100.0, "200", 300.0),
+}
+
+
+def test_limits_and_timeouts_from_flags_environment_and_file(
+    files: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = files("limits.toml", "".join(f"{key} = {values[2]}\n" for key, values in LIMITS.items()))
+    seen: list[Settings] = []
+    monkeypatch.setattr("oaishim.server.main.serve", lambda settings, log_level: seen.append(settings))
+    argv = ["serve", "--upstream", "http://u:1", "--config", str(config)]
+    flags = [arg for key, values in LIMITS.items() for arg in ("--" + key.replace("_", "-"), str(values[0]))]
+
+    def read(settings: Settings) -> dict[str, Any]:
+        return {key: getattr(settings, key) for key in LIMITS}
+
+    assert main([*argv, *flags]) == 0
+    assert read(seen[-1]) == {key: values[0] for key, values in LIMITS.items()}
+    for key, values in LIMITS.items():
+        monkeypatch.setenv("OAISHIM_" + key.upper(), values[1])
+    assert main([*argv, *flags]) == 0
+    assert read(seen[-1]) == {key: values[0] for key, values in LIMITS.items()}  # a flag beats the variable
+    assert main(argv) == 0
+    assert read(seen[-1]) == {key: type(values[0])(values[1]) for key, values in LIMITS.items()}
+    for key in LIMITS:
+        monkeypatch.delenv("OAISHIM_" + key.upper())
+    assert main(argv) == 0
+    assert read(seen[-1]) == {key: values[2] for key, values in LIMITS.items()}
+    assert main(["serve", "--upstream", "http://u:1"]) == 0
+    assert read(seen[-1]) == {key: getattr(Settings(), key) for key in LIMITS}
+
+
+def test_zero_means_no_total_deadline_and_no_connection_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OAISHIM_TOTAL_TIMEOUT", "0")
+    monkeypatch.setenv("OAISHIM_MAX_CONNECTIONS", "0")
+    settings = build_settings(upstream="http://u:1")
+    assert (settings.total_timeout, settings.max_connections) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("OAISHIM_HEADER_TIMEOUT", "0", "header_timeout: '0' is out of range"),
+        ("OAISHIM_TOTAL_TIMEOUT", "-3", "total_timeout: '-3' is out of range"),
+        ("OAISHIM_MAX_HEADER_BYTES", "10", "max_header_bytes: '10' is out of range"),
+        ("OAISHIM_MAX_CONNECTIONS", "many", "max_connections: expected an integer"),
+        ("OAISHIM_IDLE_TIMEOUT", "soon", "idle_timeout: expected a number"),
+    ],
+)
+def test_bad_limit_values(monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        build_settings(upstream="http://u:1")
+    assert message in str(caught.value)

@@ -18,7 +18,7 @@ __all__ = ["check_error_body", "is_error_body"]
 
 # The error types the official API uses, and the statuses each may come with.
 _TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
-    "invalid_request_error": (400, 404, 405, 409, 413, 415, 422),  # 405: a wrong method on a known URL
+    "invalid_request_error": (400, 404, 405, 409, 413, 415, 422, 431),  # 405: a wrong method on a known URL
     "authentication_error": (401,),
     "permission_error": (403,),
     "not_found_error": (404,),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,18 @@ class Settings:
     special_tokens: SpecialTokens | None = None  # the model's protected tokens (seed 003)
     display_cleanup: bool = False  # strip non-end-of-turn special tokens such as <|im_start|> from display text
     max_body_bytes: int = 16 * 1024 * 1024
+    # the client side (server.http): seconds for a request's head and for its body, the head's size,
+    # open connections (None: no bound)
+    header_timeout: float = 20.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 64 * 1024
+    max_connections: int | None = 1024
+    # the upstream side (server.upstream): connecting, the response head (from the start of an
+    # attempt), a silence inside the body, the whole exchange (None: no deadline)
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
+    total_timeout: float | None = None
     capture_dir: Path | None = None  # record every exchange there (oaishim.capture)
     capture_redact: tuple[str, ...] = ()  # JSON paths redacted in the records, beyond keys and cookies
     passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
@@ -74,6 +83,9 @@ class Settings:
                 return route
         # "*" serves every other name (/v1/models lists its backend's models, so they must route)
         return next((route for route in self.models if route.name == "*"), None)
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}
 
 
 def _env(name: str) -> str | None:
@@ -202,6 +214,15 @@ def build_settings(
     capture: Path | None = None,
     capture_redact: Sequence[str] = (),
     passthrough: Sequence[str] = (),
+    max_body_bytes: int | None = None,
+    header_timeout: float | None = None,
+    body_timeout: float | None = None,
+    max_header_bytes: int | None = None,
+    max_connections: int | None = None,
+    connect_timeout: float | None = None,
+    first_byte_timeout: float | None = None,
+    idle_timeout: float | None = None,
+    total_timeout: float | None = None,
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -260,6 +281,13 @@ def build_settings(
         except ValueError as exc:
             raise ConfigError(f"capture_redact: {exc}") from None
     passing = _passthrough(passthrough or _env("PASSTHROUGH") or data.get("passthrough", DEFAULT_PASSTHROUGH))
+
+    def number(flag: float | None, key: str, kind: type[int] | type[float], low: float) -> Any:
+        """A flag, else OAISHIM_<KEY>, else the file's ``key``, else the default in Settings."""
+        value = flag if flag is not None else _env(key.upper())
+        value = value if value is not None else data.get(key, _DEFAULTS[key])
+        return None if value is None else _number(value, key, kind, low)
+
     port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
     return Settings(
         models=routes,
@@ -272,10 +300,15 @@ def build_settings(
         thinking_open=opened,
         special_tokens=tokens,
         display_cleanup=cleanup,
-        max_body_bytes=_number(data.get("max_body_bytes", 16 * 1024 * 1024), "max_body_bytes", int, 1),
-        connect_timeout=_number(data.get("connect_timeout", 10.0), "connect_timeout", float, 1e-3),
-        first_byte_timeout=_number(data.get("first_byte_timeout", 600.0), "first_byte_timeout", float, 1e-3),
-        idle_timeout=_number(data.get("idle_timeout", 300.0), "idle_timeout", float, 1e-3),
+        max_body_bytes=number(max_body_bytes, "max_body_bytes", int, 1),
+        header_timeout=number(header_timeout, "header_timeout", float, 1e-3),
+        body_timeout=number(body_timeout, "body_timeout", float, 1e-3),
+        max_header_bytes=number(max_header_bytes, "max_header_bytes", int, 256),
+        max_connections=number(max_connections, "max_connections", int, 0) or None,  # 0: no bound
+        connect_timeout=number(connect_timeout, "connect_timeout", float, 1e-3),
+        first_byte_timeout=number(first_byte_timeout, "first_byte_timeout", float, 1e-3),
+        idle_timeout=number(idle_timeout, "idle_timeout", float, 1e-3),
+        total_timeout=number(total_timeout, "total_timeout", float, 0) or None,  # 0: no deadline
         capture_dir=capture_dir,
         capture_redact=redact,
         passthrough=passing,

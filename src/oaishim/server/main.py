@@ -1,34 +1,99 @@
-"""Running ASGI apps: uvicorn with uvloop and httptools (the fastest pure-Python-hosted stack)."""
+"""Running ASGI apps: uvicorn with uvloop and httptools (the fastest pure-Python-hosted stack), its
+connections guarded by server.http (deadlines and size bounds for requests, a connection bound)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import resource
 from typing import Any
 
 import uvicorn
 
 from oaishim.server.app import Gateway
 from oaishim.server.config import Settings
+from oaishim.server.http import HttpLimits, protocol_class
+
+log = logging.getLogger("oaishim.server")
+# File descriptors kept beside the client connections: the listening socket, logs, capture files,
+# idle pooled upstream connections.
+FD_RESERVE = 64
 
 
-def run_asgi(app: Any, host: str, port: int, log_level: str = "info", *, date_header: bool = True) -> None:
-    """Serve an ASGI app as the gateway is served; ``date_header=False`` adds no header of uvicorn's
-    own (the capture proxy and the mock pass the recorded headers as they were)."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = uvicorn.Config(
+def limits_for(settings: Settings) -> HttpLimits:
+    return HttpLimits(
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        max_header_bytes=settings.max_header_bytes,
+        max_body_bytes=settings.max_body_bytes,
+        max_connections=settings.max_connections,
+    )
+
+
+def uvicorn_config(
+    app: Any,
+    host: str,
+    port: int,
+    limits: HttpLimits,
+    *,
+    log_level: str = "info",
+    loop: str = "uvloop",
+    date_header: bool = True,
+) -> uvicorn.Config:
+    return uvicorn.Config(
         app,
         host=host,
         port=port,
-        loop="uvloop",
-        http="httptools",
+        loop=loop,
+        http=protocol_class(limits),
         lifespan="on",
         log_level=log_level,
         access_log=False,
         server_header=False,
         date_header=date_header,
     )
+
+
+def fit_connections(limits: HttpLimits) -> HttpLimits:
+    """Make room for ``max_connections`` in the open-file limit (each client connection can hold an
+    upstream one too): raise the soft limit toward the hard one, else lower the bound to what fits.
+    Without this, a flood of connections exhausts the descriptors and nothing is answered."""
+    wanted = limits.max_connections
+    if wanted is None:
+        return limits
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * wanted + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    room = wanted if soft == resource.RLIM_INFINITY else max(1, (soft - FD_RESERVE) // 2)
+    if room < wanted:
+        log.warning("max_connections lowered from %d to %d to fit the open-file limit (%d)", wanted, room, soft)
+        return dataclasses.replace(limits, max_connections=room)
+    return limits
+
+
+def run_asgi(
+    app: Any,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    *,
+    date_header: bool = True,
+    limits: HttpLimits | None = None,
+) -> None:
+    """Serve an ASGI app as the gateway is served; ``date_header=False`` adds no header of uvicorn's
+    own (the capture proxy and the mock pass the recorded headers as they were)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = uvicorn_config(
+        app, host, port, fit_connections(limits or HttpLimits()), log_level=log_level, date_header=date_header
+    )
     uvicorn.Server(config).run()
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
-    run_asgi(Gateway(settings), settings.host, settings.port, log_level)
+    run_asgi(Gateway(settings), settings.host, settings.port, log_level, limits=limits_for(settings))

@@ -58,10 +58,12 @@ class Upstreams:
         connector = aiohttp.TCPConnector(
             limit=0, ttl_dns_cache=300, enable_cleanup_closed=True, keepalive_timeout=KEEPALIVE_SECONDS
         )
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.settings.connect_timeout, sock_read=self.settings.idle_timeout
+        # No sock_read here: aiohttp would apply it to the wait for the response head too, which
+        # first_byte_timeout bounds; open() sets it on the connection once the head is in.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout, sock_read=None)
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=False, response_class=Response
         )
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
 
     async def close(self) -> None:
         if self.session is not None:
@@ -93,6 +95,9 @@ class Upstreams:
         the replica's host is refused (400). ``headers``, when given, are sent as they are instead
         of the gateway's own (the capture proxy forwards the client's)."""
         assert self.session is not None, "Upstreams.start() was not awaited"
+        settings = self.settings
+        total = settings.total_timeout
+        deadline = None if total is None else asyncio.get_running_loop().time() + total
         last: Exception | None = None
         for base in self.replicas[route.name].order():
             try:
@@ -101,18 +106,37 @@ class Upstreams:
             except BadTarget as exc:
                 raise bad_request(f"Invalid URL ({method} {path[:200]}): {exc.reason}") from None
             for _try in (1, 2):
+                # the wait for the head ends at first_byte_timeout, or at the total deadline if sooner
+                left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+                head_wait, which, named = settings.first_byte_timeout, "first_byte_timeout", settings.first_byte_timeout
+                if left is not None and total is not None and left <= head_wait:
+                    head_wait, which, named = max(left, 0.0), "total_timeout", total
                 try:
-                    async with asyncio.timeout(self.settings.first_byte_timeout):
-                        return await self.session.request(
+                    async with asyncio.timeout(head_wait):
+                        response = await self.session.request(
                             method,
                             url,
                             data=body,
                             headers=self._headers(route, content_type) if headers is None else headers,
                             skip_auto_headers=None if headers is None else _AUTO_HEADERS,
                             allow_redirects=False,
+                            # aiohttp's total bounds the body reads too (they raise a plain TimeoutError)
+                            timeout=aiohttp.ClientTimeout(
+                                total=None if left is None else max(left, 1e-3),
+                                sock_connect=settings.connect_timeout,
+                                sock_read=None,
+                            ),
                         )
+                    _bound_silences(response, settings.idle_timeout, total)
+                    return response
                 except aiohttp.ClientConnectorError as exc:
                     log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
+                    last = exc
+                    break
+                except aiohttp.ConnectionTimeoutError as exc:  # sock_connect: as unreachable
+                    log.warning(
+                        "replica %s: no connection within %g s; trying the next", base, settings.connect_timeout
+                    )
                     last = exc
                     break
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -123,7 +147,7 @@ class Upstreams:
                 except TimeoutError as exc:
                     raise OpenAIError(
                         504,
-                        f"The upstream did not answer within {self.settings.first_byte_timeout:g} s.",
+                        f"The upstream did not answer within {named:g} s ({which}).",
                         "server_error",
                         code="upstream_timeout",
                     ) from exc
@@ -133,6 +157,13 @@ class Upstreams:
                         f"The upstream answered with no valid HTTP response ({type(exc).__name__}).",
                         "server_error",
                     ) from exc
+        if isinstance(last, aiohttp.ConnectionTimeoutError):
+            raise OpenAIError(
+                504,
+                f"No upstream replica accepted a connection within {settings.connect_timeout:g} s (connect_timeout).",
+                "server_error",
+                code="upstream_timeout",
+            )
         raise OpenAIError(
             502,
             f"No upstream replica could be reached ({type(last).__name__}).",
@@ -147,6 +178,25 @@ def _fault(exc: BaseException) -> str:
     return type(exc.__cause__ or exc).__name__
 
 
+class Response(aiohttp.ClientResponse):
+    """aiohttp's response, with the deadlines that bound its body (for the errors that name them)."""
+
+    idle_timeout: float | None = None
+    total_timeout: float | None = None
+
+
+def _bound_silences(response: aiohttp.ClientResponse, idle: float, total: float | None) -> None:
+    """From the head on, a silence longer than ``idle`` ends the body: aiohttp's sock_read, set on
+    the connection now (as aiohttp does for websockets); its own timer, dropped at the body's end
+    and while reading is paused, so a slow client is not taken for an idle upstream."""
+    if isinstance(response, Response):
+        response.idle_timeout, response.total_timeout = idle, total
+    connection = response.connection
+    if connection is not None and connection.protocol is not None and not response.content.is_eof():
+        connection.protocol.read_timeout = idle
+        connection.protocol.start_timeout()
+
+
 async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> AsyncIterator[bytes]:
     """The body as it arrives; an idle upstream (no byte within the idle timeout) raises OpenAIError."""
     try:
@@ -157,9 +207,7 @@ async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> As
         if tap is not None:
             tap(b"")
     except TimeoutError as exc:
-        raise OpenAIError(
-            504, "The upstream went idle in the middle of the response.", "server_error", code="upstream_timeout"
-        ) from exc
+        raise OpenAIError(504, _expired(response, exc), "server_error", code="upstream_timeout") from exc
     except aiohttp.ClientPayloadError as exc:
         raise OpenAIError(
             502,
@@ -167,3 +215,14 @@ async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> As
             "server_error",
             code="upstream_disconnected",
         ) from exc
+
+
+def _expired(response: aiohttp.ClientResponse, exc: TimeoutError) -> str:
+    """Which deadline ended the body: sock_read (a silence) raises aiohttp's SocketTimeoutError,
+    aiohttp's total a plain TimeoutError."""
+    idle = response.idle_timeout if isinstance(response, Response) else None
+    total = response.total_timeout if isinstance(response, Response) else None
+    if isinstance(exc, aiohttp.SocketTimeoutError) or total is None:
+        within = f" for {idle:g} s (idle_timeout)" if idle is not None else ""
+        return f"The upstream went silent{within} in the middle of the response."
+    return f"The upstream exchange passed its total deadline of {total:g} s (total_timeout)."

@@ -1,0 +1,226 @@
+"""The client side of the gateway's HTTP layer, over real sockets (that is what it is about): a client
+that drips its head or body is cut off with a 408, an oversized head gets a 431 and costs no memory,
+a declared body over the limit gets a 413 before any of it is read, malformed HTTP gets an
+OpenAI-shaped 400, and a flood of half-open connections neither exhausts the file descriptors nor
+keeps ``/health`` from answering. Every refusal is an official error body, judged by the checker."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from _servers import Canned, Replayer, free_port
+
+from oaishim.check import check, exchange_from_bytes
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+
+
+def connect(url: str) -> socket.socket:
+    address = urlsplit(url)
+    return socket.create_connection((address.hostname, address.port), timeout=5)
+
+
+def read_answer(sock: socket.socket, wait: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+    """The one response on the connection (read up to the server's close)."""
+    sock.settimeout(wait)
+    data = b""
+    try:
+        while piece := sock.recv(65536):
+            data += piece
+    except (ConnectionResetError, TimeoutError):
+        pass
+    assert data, "no answer on the connection"
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def official_refusal(answer: tuple[int, dict[str, str], bytes], status: int) -> dict[str, Any]:
+    got, headers, body = answer
+    assert got == status, body
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"
+    assert int(headers["content-length"]) == len(body)
+    error: dict[str, Any] = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    findings = check(exchange_from_bytes(body, status=got, headers=headers))
+    assert [(f.rule, f.message) for f in findings if f.severity == "error"] == []
+    return error
+
+
+def drip(sock: socket.socket, data: bytes, every: float, limit: float) -> float:
+    """Send ``data`` a byte at a time until the server answers or closes; the seconds it took."""
+    started = time.monotonic()
+    for byte in data:
+        readable, _, _ = select.select([sock], [], [], every)
+        if readable:
+            return time.monotonic() - started
+        sock.sendall(bytes([byte]))
+        assert time.monotonic() - started < limit, "the gateway kept waiting for the dripping client"
+    raise AssertionError("the data ran out before the gateway answered")
+
+
+def test_a_head_sent_byte_by_byte_is_cut_off_with_408(gateways: Any) -> None:
+    url = gateways("openai", header_timeout=0.5)
+    with connect(url) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n")
+        took = drip(sock, b"X-Slow: " + b"a" * 400, every=0.02, limit=3.0)
+        assert 0.3 < took < 1.5
+        error = official_refusal(read_answer(sock), 408)
+    assert "0.5 s" in error["message"]
+
+
+def test_a_connection_that_sends_nothing_is_closed(gateways: Any) -> None:
+    url = gateways("openai", header_timeout=0.5)
+    with connect(url) as sock:
+        started = time.monotonic()
+        sock.settimeout(3)
+        assert sock.recv(100) == b""  # closed quietly: no request was begun, none is answered
+        assert 0.3 < time.monotonic() - started < 1.5
+
+
+def test_a_body_sent_too_slowly_is_cut_off_with_408(backend: Replayer, gateways: Any) -> None:
+    url = gateways("openai", body_timeout=0.5)
+    with connect(url) as sock:
+        sock.sendall(CHAT_HEAD + b"Content-Length: 400\r\n\r\n{")
+        took = drip(sock, b'"model": "x"' + b" " * 300, every=0.02, limit=3.0)
+        assert 0.3 < took < 1.5
+        error = official_refusal(read_answer(sock), 408)
+    assert "0.5 s" in error["message"]
+    assert backend.seen == []
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_huge_header_values_get_431_and_cost_no_memory(gateways: Any) -> None:
+    """Eight unfinished 16 MB header values (the gateway runs in this process: its memory is ours)."""
+    url = gateways("openai")  # the default bound
+    piece = b"a" * (1024 * 1024)
+    before = _rss_bytes()
+    for _ in range(8):
+        with connect(url) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nX-Huge: ")
+            try:
+                for _ in range(16):
+                    sock.sendall(piece)
+                sock.shutdown(socket.SHUT_WR)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the gateway stopped reading: the answer may already be there
+            error = official_refusal(read_answer(sock), 431)
+    grown = _rss_bytes() - before
+    assert grown < 32 * 1024 * 1024, f"the gateway's memory grew by {grown / 2**20:.0f} MiB"
+    assert "65536 bytes" in error["message"]
+
+
+def test_a_declared_body_over_the_limit_is_refused_at_once(backend: Replayer, gateways: Any) -> None:
+    url = gateways("openai", max_body_bytes=1000)
+    for path in (b"/v1/chat/completions", b"/tokenize"):
+        with connect(url) as sock:
+            started = time.monotonic()
+            sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: gateway\r\nContent-Length: 1000000000000\r\n\r\n")
+            error = official_refusal(read_answer(sock, wait=2), 413)
+            assert time.monotonic() - started < 1  # answered without waiting for a byte of the body
+        assert error["code"] == "request_too_large" and "1000 bytes" in error["message"]
+    assert backend.seen == []
+
+
+def test_malformed_http_gets_an_official_400(gateways: Any) -> None:
+    url = gateways("openai")
+    for garbage in (
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nBad Header\r\n\r\n",
+    ):
+        with connect(url) as sock:
+            sock.sendall(garbage)
+            error = official_refusal(read_answer(sock), 400)
+        assert error["type"] == "invalid_request_error"
+
+
+def test_at_the_connection_bound_a_busy_gateway_answers_503(backend: Replayer, gateways: Any) -> None:
+    """Three requests held by a slow backend fill a bound of three: the fourth connection is refused."""
+    url = gateways("openai", max_connections=3)
+    body = json.dumps({"model": "x", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = CHAT_HEAD + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    reply = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "x", "choices": []})
+    backend.push(*[Canned(reply.encode(), head_delay=1.5) for _ in range(3)])
+    with ExitStack() as stack:
+        busy = [stack.enter_context(connect(url)) for _ in range(3)]
+        for sock in busy:
+            sock.sendall(request)
+        deadline = time.monotonic() + 3
+        while len(backend.seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with connect(url) as extra:
+            error = official_refusal(read_answer(extra, wait=2), 503)
+        assert error["type"] == "server_error"
+        for sock in busy:  # the requests in progress were not disturbed
+            assert read_answer(sock)[0] == 200
+
+
+@contextmanager
+def gateway_process(upstream: str, open_files: int) -> Iterator[str]:
+    """``oaishim serve`` in a child process whose open-file limit is ``open_files`` (soft and hard)."""
+    port = free_port()
+    # a first interpreter sets the limit and becomes the gateway (preexec_fn is unsafe with threads)
+    limited = (
+        "import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'oaishim', *sys.argv[2:]])"
+    )
+    serve = ["serve", "--upstream", upstream, "--profile", "openai", "--port", str(port), "--log-level", "warning"]
+    child = subprocess.Popen(
+        [sys.executable, "-c", limited, str(open_files), *serve],
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while not _health(url, 0.5):
+            assert child.poll() is None and time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.1)
+        yield url
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+
+
+def _health(url: str, wait: float) -> bool:
+    try:
+        with connect(url) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+            return read_answer(sock, wait)[0] == 200
+    except (OSError, AssertionError):
+        return False
+
+
+def test_a_flood_of_half_open_connections_does_not_stop_health(backend: Replayer) -> None:
+    """300 connections, half of them with half a request line, against a gateway allowed 256 files
+    and default settings: it still answers /health at once (before the bound, it ran out of
+    descriptors and answered nothing until the clients left)."""
+    with gateway_process(backend.url, open_files=256) as url, ExitStack() as stack:
+        for i in range(300):
+            sock = stack.enter_context(connect(url))
+            if i % 2:
+                sock.sendall(b"POST /v1/chat/comp")
+        started = time.monotonic()
+        assert _health(url, 3), "/health did not answer"
+        assert time.monotonic() - started < 2
