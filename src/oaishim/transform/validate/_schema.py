@@ -7,9 +7,9 @@ only a refused one pays for reading the errors.
 A failed ``anyOf``/``oneOf`` says only "not valid under any of the schemas"; :func:`_explain` goes
 into its branches for the one the value was meant for: a branch is *off* when the value has another
 type than it wants, or another discriminator (``role``, ``type``) than it names. Among the branches
-not off, the one with the fewest errors is followed. When every branch is off, the value is of none
-of the union's types (``invalid_type``, listing them) or names none of its discriminators
-(``invalid_value``, listing them).
+not off, the one with the fewest type errors, then the fewest errors, is followed. When every branch
+is off, the value is of none of the union's types (``invalid_type``, listing them) or names none of
+its discriminators (``invalid_value``, listing them).
 """
 
 from __future__ import annotations
@@ -164,7 +164,9 @@ def _explain_union(error: Any, body: Any) -> OpenAIError:
     branches = list(_leaves(error, here))
     fitting = [b for b in branches if not any(_is_type_miss(e, here) or _is_tag_miss(e, here) for e in b)]
     if fitting:
-        return _explain(min(fitting, key=len)[0], body)
+        # A type error inside a branch (prompt [[]] against "array of strings") says it is the wrong one.
+        best = min(fitting, key=lambda b: (sum(isinstance(e.kind, _K.Type) for e in b), len(b)))
+        return _explain(best[0], body)
     param = _param(body, here)
     tags = [e for b in branches for e in b if _is_tag_miss(e, here)]
     if tags and any(not any(_is_type_miss(e, here) for e in b) for b in branches):
