@@ -63,6 +63,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("lone surrogate in a key", chat(extra={"\udc00": 1}), "extra.\\udc00", "invalid_value"),
     ("a key that is not a string", chat(extra={1: "x"}), "extra", "invalid_type"),
+    ("a value that is not JSON", chat(extra=[{"a": {1, 2}}]), "extra[0].a", "invalid_type"),
 ]
 
 

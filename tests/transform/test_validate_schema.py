@@ -52,6 +52,8 @@ REFUSED: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("logit_bias value a string", "chat", chat(logit_bias={"50256": "x"}), "logit_bias.50256", "invalid_type"),
     ("text part without text", "chat", with_message({"role": "user", "content": [{"type": "text"}]}),
      "messages[0].content[0].text", "missing_required_parameter"),
+    ("part type a number", "chat", with_message({"role": "user", "content": [{"type": 5}]}),
+     "messages[0].content[0].type", "invalid_type"),
     ("unknown part type", "chat", with_message({"role": "user", "content": [{"type": "video"}]}),
      "messages[0].content[0].type", "invalid_value"),
     ("image part in a system message", "chat",

@@ -125,8 +125,10 @@ def _check_content(param: str, message: Mapping[str, Any], role: str) -> None:
     for j, part in enumerate(content):
         if not isinstance(part, Mapping):
             raise invalid_type(f"{param}.content[{j}]", "an object", part)
-        if not isinstance(part.get("type"), str):
+        if part.get("type") is None:
             raise missing(f"{param}.content[{j}].type")
+        if not isinstance(part["type"], str):
+            raise invalid_type(f"{param}.content[{j}].type", "a string", part["type"])
 
 
 def _check_messages(body: Mapping[str, Any]) -> None:

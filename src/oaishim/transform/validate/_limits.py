@@ -37,7 +37,7 @@ def _walk(value: Any, depth: int) -> _Fault | None:
                 return "key", [], key
             if not key.isascii() and not _utf8(key):
                 return "surrogate", [key], key
-            if isinstance(item, (dict, list, str, int, float)):
+            if item is not None:
                 fault = _walk(item, depth + 1)
                 if fault is not None:
                     fault[1].insert(0, key)
@@ -47,7 +47,7 @@ def _walk(value: Any, depth: int) -> _Fault | None:
         if depth >= MAX_DEPTH:
             return "depth", [], value
         for i, item in enumerate(value):
-            if isinstance(item, (dict, list, str, int, float)):
+            if item is not None:
                 fault = _walk(item, depth + 1)
                 if fault is not None:
                     fault[1].insert(0, i)
@@ -59,9 +59,9 @@ def _walk(value: Any, depth: int) -> _Fault | None:
         return None
     if isinstance(value, int):
         return None if INT64_MIN <= value <= INT64_MAX else ("integer", [], value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nonfinite", [], value
-    return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ("nonfinite", [], value)
+    return "type", [], value  # a tuple, a set, bytes: not JSON at all (only a Python caller can send one)
 
 
 def _utf8(text: str) -> bool:
@@ -95,6 +95,11 @@ def check_limits(body: dict[str, Any]) -> None:
         raise bad_request(f"Invalid '{param}': {value} is not a JSON number.", param, "invalid_value")
     if what == "key":
         raise bad_request(f"Invalid key {value!r} in '{param}': JSON object keys are strings.", param, "invalid_type")
+    if what == "type":
+        name = type(value).__name__
+        raise bad_request(
+            f"Invalid type for '{param}': expected a JSON value, but got {name} instead.", param, "invalid_type"
+        )
     raise bad_request(
         f"Invalid '{param}': the string is not valid Unicode (it holds a lone surrogate).", param, "invalid_value"
     )

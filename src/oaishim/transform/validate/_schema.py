@@ -171,6 +171,8 @@ def _explain_union(error: Any, body: Any) -> OpenAIError:
     tags = [e for b in branches for e in b if _is_tag_miss(e, here)]
     if tags and any(not any(_is_type_miss(e, here) for e in b) for b in branches):
         key = tags[0].instance_path[-1]
+        if not isinstance(error.instance[key], str):
+            return invalid_type(_param(body, here, key), "a string", error.instance[key])
         allowed = list(dict.fromkeys(v for e in tags if e.instance_path[-1] == key for v in _options(e)))
         return invalid_value(_param(body, here, key), error.instance[key], allowed)
     nouns: list[str] = []
