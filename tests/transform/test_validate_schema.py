@@ -136,6 +136,7 @@ def test_refused(label: str, endpoint: str, body: dict[str, Any], param: str, co
             chat(tools=[{"type": "retrieval"}]),
             "Invalid value: 'retrieval'. Supported values are: 'function' and 'custom'.",
         ),
+        (chat(prediction={"type": "diff", "content": "x"}), "Invalid value: 'diff'. Supported values are: 'content'."),
         (chat(stream=True, stream_options={"x": 1}), "Unknown parameter: 'stream_options.x'."),
         (
             chat(tools=[{"type": "function", "function": {"name": "get weather"}}]),
@@ -159,6 +160,7 @@ def test_refused(label: str, endpoint: str, body: dict[str, Any], param: str, co
         "part type",
         "assistant part type",
         "two values",
+        "one value",
         "unknown key",
         "pattern",
         "too long",

@@ -27,13 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from oaishim.transform.validate._cross import check_tools_offered
-from oaishim.transform.validate._errors import json_type
+from oaishim.transform.validate._errors import empty_array, invalid_type, invalid_value, json_type, missing
 from oaishim.transform.validate._fields import Endpoint, check_fields
 from oaishim.transform.validate._limits import MAX_DEPTH, check_limits
 from oaishim.transform.validate._schema import check_schema
 from oaishim.wire.errors import bad_request
 
-__all__ = ["MAX_DEPTH", "Endpoint", "validate"]
+# The message builders stay importable from here, as they were from the former module.
+__all__ = ["MAX_DEPTH", "Endpoint", "empty_array", "invalid_type", "invalid_value", "json_type", "missing", "validate"]
 
 
 def validate(endpoint: Endpoint, body: Any) -> Mapping[str, Any]:
