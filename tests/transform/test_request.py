@@ -820,7 +820,9 @@ message_strategy = st.fixed_dictionaries(
                     "function": st.fixed_dictionaries(
                         {
                             "name": st.just("f"),
-                            "arguments": st.dictionaries(st.text(max_size=3), st.integers()) | st.text(max_size=5),
+                            # int64: wider integers are refused (tests/transform/test_validate_limits.py)
+                            "arguments": st.dictionaries(st.text(max_size=3), st.integers(-(2**63), 2**63 - 1))
+                            | st.text(max_size=5),
                         }
                     ),
                 },

@@ -16,6 +16,21 @@ and those they reference, already fixed up for a JSON Schema 2020-12 validator:
    ``token_logprobs`` and ``top_logprobs`` items are made nullable.
 4. Annotations that only make the file large (descriptions, examples, ``x-*`` vendor keys) are
    removed; ``discriminator`` is annotation-only in 2020-12 and removed too.
+
+It also writes the gateway's request bundle (``transform/validate/request_schemas.json``): the three
+request schemas the gateway validates against, with fix-ups of their own (:func:`_request_overrides`):
+
+5. Every optional property also accepts ``null``, which means "the default". Clients send it (the
+   SDKs' ``None``); the spec marks most, not all, optional fields nullable, and intersects some
+   (``top_logprobs`` is nullable in one ``allOf`` part and not in the other, §0.3).
+6. The roots allow unknown keys (``CreateEmbeddingRequest`` says ``additionalProperties: false``):
+   fields the official API does not define are the backends' extensions.
+7. What the spec says only in prose or ``format``: int64 bounds (``seed``; the spec's own bounds are
+   floats rounded past int64) and function names (``^[a-zA-Z0-9_-]+$``, at most 64 characters).
+8. ``stream_options`` takes only its documented keys, plus vLLM's documented
+   ``continuous_usage_stats`` (a boolean), the one extension clients send inside it.
+9. History tool calls may omit ``type`` and send ``arguments`` as an object: clients written against
+   lenient backends do, and the gateway's request rewrite repairs both before any backend sees them.
 """
 
 from __future__ import annotations
@@ -38,7 +53,15 @@ ROOTS = {
     "model": "Model",
     "error": "ErrorResponse",
 }
+REQUEST_ROOTS = {
+    "chat": "CreateChatCompletionRequest",
+    "completions": "CreateCompletionRequest",
+    "embeddings": "CreateEmbeddingRequest",
+}
 BUNDLE_PATH = Path(__file__).with_name("openai_schemas.json")
+REQUEST_BUNDLE_PATH = Path(__file__).parents[1] / "transform" / "validate" / "request_schemas.json"
+INT64 = (-(2**63), 2**63 - 1)
+_INT64_ROUNDED = 9223372036854776000  # how the spec writes seed's bounds: 2**63 rounded as a float
 _REF_PREFIX = "#/components/schemas/"
 _DROP = {"description", "example", "examples", "title", "discriminator", "deprecated", "default", "format"}
 # Keys whose value is a schema, a list of schemas, or a map of name -> schema.
@@ -104,24 +127,89 @@ def _legacy_overrides(defs: dict[str, Any]) -> None:
     defs["CreateCompletionStreamResponse"] = stream
 
 
-def build(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, Any]:
-    schemas = spec["components"]["schemas"]
+def _collect(schemas: dict[str, Any], roots: list[str], prepare: Any = None) -> dict[str, Any]:
+    """The named schemas and every schema they reference, cleaned."""
     defs: dict[str, Any] = {}
-    todo = [name for name in ROOTS.values() if name in schemas]
+    todo = [name for name in roots if name in schemas]
     while todo:
         name = todo.pop()
         if name in defs:
             continue
-        defs[name] = _clean(schemas[name])
+        raw = schemas[name] if prepare is None else prepare(schemas[name])
+        defs[name] = _clean(raw)
         found: set[str] = set()
         _refs(defs[name], found)
         todo.extend(sorted(found - defs.keys()))
+    return defs
+
+
+def _source(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, str]:
+    return {"sha256": hashlib.sha256(spec_bytes).hexdigest(), "version": spec["info"]["version"]}
+
+
+def build(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, Any]:
+    defs = _collect(spec["components"]["schemas"], list(ROOTS.values()))
     _legacy_overrides(defs)
-    return {
-        "source": {"sha256": hashlib.sha256(spec_bytes).hexdigest(), "version": spec["info"]["version"]},
-        "roots": ROOTS,
-        "$defs": dict(sorted(defs.items())),
-    }
+    return {"source": _source(spec, spec_bytes), "roots": ROOTS, "$defs": dict(sorted(defs.items()))}
+
+
+def _int64_bounds(node: Any) -> Any:
+    """A copy of ``node`` where each int64 integer schema carries exact int64 bounds (fix 7)."""
+    if isinstance(node, list):
+        return [_int64_bounds(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _int64_bounds(value) for key, value in node.items()}
+    if out.get("type") == "integer":
+        rounded = abs(out.get("minimum", 0)) == _INT64_ROUNDED or abs(out.get("maximum", 0)) == _INT64_ROUNDED
+        if out.get("format") == "int64" or rounded:
+            out["minimum"], out["maximum"] = INT64
+    return out
+
+
+def _accepts_null(schema: dict[str, Any]) -> bool:
+    types = schema.get("type")
+    if types == "null" or (isinstance(types, list) and "null" in types):
+        return True
+    return any(_accepts_null(b) for key in ("anyOf", "oneOf") for b in schema.get(key, ()) if isinstance(b, dict))
+
+
+def _optional_nullable(node: Any) -> None:
+    """Fix 5, in place: every property an object schema does not require also accepts null."""
+    if isinstance(node, list):
+        for value in node:
+            _optional_nullable(value)
+        return
+    if not isinstance(node, dict):
+        return
+    for value in node.values():
+        _optional_nullable(value)
+    props = node.get("properties")
+    if isinstance(props, dict) and not isinstance(props.get("type"), str):  # a schema, not a map named "properties"
+        required = set(node.get("required", ()))
+        for name, prop in props.items():
+            if name not in required and isinstance(prop, dict) and not _accepts_null(prop):
+                props[name] = _make_nullable(prop)
+
+
+def _request_overrides(defs: dict[str, Any]) -> None:
+    for root in REQUEST_ROOTS.values():
+        defs[root].pop("additionalProperties", None)  # fix 6
+    name = defs["FunctionObject"]["properties"]["name"]
+    name.update({"pattern": "^[a-zA-Z0-9_-]+$", "maxLength": 64})
+    options = next(b for b in defs["ChatCompletionStreamOptions"]["anyOf"] if b.get("type") == "object")
+    options["properties"]["continuous_usage_stats"] = {"type": "boolean"}
+    options["additionalProperties"] = False
+    call = defs["ChatCompletionMessageToolCall"]
+    call["required"] = [key for key in call["required"] if key != "type"]
+    call["properties"]["function"]["properties"]["arguments"] = {"type": ["string", "object"]}
+    _optional_nullable(defs)
+
+
+def build_requests(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, Any]:
+    defs = _collect(spec["components"]["schemas"], list(REQUEST_ROOTS.values()), _int64_bounds)
+    _request_overrides(defs)
+    return {"source": _source(spec, spec_bytes), "roots": REQUEST_ROOTS, "$defs": dict(sorted(defs.items()))}
 
 
 def render(bundle: dict[str, Any]) -> bytes:
@@ -137,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     raw = Path(args[0]).read_bytes()
     spec = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    BUNDLE_PATH.write_bytes(render(build(spec, raw)))
-    print(f"wrote {BUNDLE_PATH} ({BUNDLE_PATH.stat().st_size} bytes)")
+    for path, bundle in ((BUNDLE_PATH, build(spec, raw)), (REQUEST_BUNDLE_PATH, build_requests(spec, raw))):
+        path.write_bytes(render(bundle))
+        print(f"wrote {path} ({path.stat().st_size} bytes)")
     return 0
 
 

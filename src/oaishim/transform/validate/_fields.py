@@ -1,16 +1,8 @@
-"""Refuse, before any backend sees it, a request the official API would refuse.
+"""The hand-written checks: required fields, scalar types and ranges, messages, stops and tools.
 
-Backends are lenient in different ways: llama.cpp reads a mistyped field as its default (L-2), vLLM,
-SGLang and Ollama ignore unknown or odd values, TensorRT-LLM answers with pydantic's wording. A
-client developed against any of them would break on the real API, and one developed against the real
-API gets errors in the backend's words. So the gateway checks what the official API checks, answers
-400 with ``param`` naming the field (``messages[3].role``), and uses the official wording and codes
-where we know them ("Invalid type for 'n': expected an integer, but got a string instead.",
-``invalid_type``, ``integer_above_max_value``, ``missing_required_parameter``, ``empty_array``).
-
-``null`` is accepted for every optional field: the spec marks them nullable, meaning "the default".
-Fields the official API does not define are left alone here; they are the backends' extensions.
-Checks run in a fixed order and the first failure is reported, as the official API reports one.
+They run before the schema (``_schema``) because they report what the official API reports first
+(the required field, then the documented scalars) in its words, and they are cheap. The schema then
+catches the rest: enums, nested shapes, fields this table does not list.
 """
 
 from __future__ import annotations
@@ -19,6 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oaishim.transform.validate._errors import (
+    empty_array,
+    invalid_type,
+    invalid_value,
+    missing,
+    out_of_range,
+)
 from oaishim.wire.errors import OpenAIError, bad_request
 
 Endpoint = Literal["chat", "completions", "embeddings"]
@@ -26,6 +25,7 @@ Kind = Literal["integer", "number", "boolean", "string", "object"]
 
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 TOOL_CHOICES = ("none", "auto", "required")
+TOOL_TYPES = ("function", "custom")
 MAX_STOP = 4
 
 _CHAT: frozenset[Endpoint] = frozenset({"chat"})
@@ -80,30 +80,13 @@ _EXPECTED: dict[Kind, str] = {
 }
 
 
-def json_type(value: Any) -> str:
-    """How the official messages name a JSON value's type ("but got a string instead")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object" if isinstance(value, Mapping) else type(value).__name__
-
-
 def _is(kind: Kind, value: Any) -> bool:
     if kind == "boolean":
         return isinstance(value, bool)
     if isinstance(value, bool):  # JSON true is not a number, though Python's bool is an int
         return False
-    if kind == "integer":
-        return isinstance(value, int)
+    if kind == "integer":  # 2.0 is an integer to JSON Schema, and so to the official API's schema
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     if kind == "number":
         return isinstance(value, (int, float))
     if kind == "string":
@@ -111,44 +94,9 @@ def _is(kind: Kind, value: Any) -> bool:
     return isinstance(value, Mapping)
 
 
-def invalid_type(param: str, expected: str, value: Any) -> OpenAIError:
-    got = json_type(value)
-    return bad_request(
-        f"Invalid type for '{param}': expected {expected}, but got {got} instead.", param, "invalid_type"
-    )
-
-
-def missing(param: str) -> OpenAIError:
-    return bad_request(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
-
-
-def empty_array(param: str) -> OpenAIError:
-    return bad_request(
-        f"Invalid '{param}': empty array. Expected an array with minimum length 1, but got an empty array instead.",
-        param,
-        "empty_array",
-    )
-
-
-def invalid_value(param: str, value: Any, allowed: tuple[str, ...]) -> OpenAIError:
-    listed = ", ".join(f"'{a}'" for a in allowed[:-1]) + f", and '{allowed[-1]}'"
-    return bad_request(f"Invalid value: '{value}'. Supported values are: {listed}.", param, "invalid_value")
-
-
-def _number(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() else str(bound)
-
-
 def _out_of_range(spec: _Field, value: float, *, below: bool) -> OpenAIError:
-    word = "integer" if spec.kind == "integer" else "decimal"
-    bound = spec.minimum if below else spec.maximum
-    where, sign, code = ("below minimum", ">=", "below_min") if below else ("above maximum", "<=", "above_max")
-    return bad_request(
-        f"Invalid '{spec.name}': {word} {where} value. Expected a value {sign} {_number(bound or 0)}, "
-        f"but got {value} instead.",
-        spec.name,
-        f"{word}_{code}_value",
-    )
+    bound = (spec.minimum if below else spec.maximum) or 0
+    return out_of_range(spec.name, value, bound, below=below, integer=spec.kind == "integer")
 
 
 def _check_field(spec: _Field, value: Any) -> None:
@@ -177,8 +125,10 @@ def _check_content(param: str, message: Mapping[str, Any], role: str) -> None:
     for j, part in enumerate(content):
         if not isinstance(part, Mapping):
             raise invalid_type(f"{param}.content[{j}]", "an object", part)
-        if not isinstance(part.get("type"), str):
+        if part.get("type") is None:
             raise missing(f"{param}.content[{j}].type")
+        if not isinstance(part["type"], str):
+            raise invalid_type(f"{param}.content[{j}].type", "a string", part["type"])
 
 
 def _check_messages(body: Mapping[str, Any]) -> None:
@@ -209,6 +159,8 @@ def _check_prompt(body: Mapping[str, Any], name: str) -> None:
     """``prompt`` / ``input``: a string, or an array of strings, token ids or token-id arrays."""
     value = body.get(name)
     if value is None:
+        if name == "prompt" and name in body:
+            return  # the spec makes prompt nullable: null is the default prompt, <|endoftext|>
         raise missing(name)
     if isinstance(value, str):
         return
@@ -258,8 +210,10 @@ def _check_tools(body: Mapping[str, Any]) -> None:
             raise invalid_type(param, "an object", tool)
         if "type" not in tool:
             raise missing(f"{param}.type")
-        if tool["type"] != "function":
-            raise invalid_value(f"{param}.type", tool["type"], ("function",))
+        if tool["type"] not in TOOL_TYPES:
+            raise invalid_value(f"{param}.type", tool["type"], TOOL_TYPES)
+        if tool["type"] == "custom":
+            continue  # its shape is the schema's to check
         function = tool.get("function")
         if function is None:
             raise missing(f"{param}.function")
@@ -290,11 +244,11 @@ def _check_tool_choice(body: Mapping[str, Any]) -> None:
     kind = choice.get("type")
     if kind == "allowed_tools":
         return
-    if kind != "function":
-        raise invalid_value("tool_choice.type", kind, ("function", "allowed_tools"))
-    function = choice.get("function")
-    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-        raise missing("tool_choice.function.name")
+    if kind not in TOOL_TYPES:
+        raise invalid_value("tool_choice.type", kind, (*TOOL_TYPES, "allowed_tools"))
+    named = choice.get(kind)
+    if not isinstance(named, Mapping) or not isinstance(named.get("name"), str):
+        raise missing(f"tool_choice.{kind}.name")
 
 
 def _check_pairs(body: Mapping[str, Any]) -> None:
@@ -323,10 +277,8 @@ _STEPS: dict[Endpoint, tuple[Callable[[Mapping[str, Any]], None], ...]] = {
 }
 
 
-def validate(endpoint: Endpoint, body: Any) -> Mapping[str, Any]:
-    """Raise :class:`OpenAIError` (400) for what the official API refuses; return the body."""
-    if not isinstance(body, Mapping):
-        raise bad_request(f"Invalid type for request body: expected an object, but got {json_type(body)} instead.")
+def check_fields(endpoint: Endpoint, body: Mapping[str, Any]) -> None:
+    """Raise :class:`OpenAIError` for the first mistake the hand-written checks find."""
     model = body.get("model")
     if model is None or model == "":
         raise missing("model")
@@ -339,4 +291,3 @@ def validate(endpoint: Endpoint, body: Any) -> Mapping[str, Any]:
             _check_field(spec, body[spec.name])
     for step in steps[1:]:
         step(body)
-    return body
