@@ -131,6 +131,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--capture", type=Path, metavar="DIR", help="record every exchange, both sides, in DIR")
     p.add_argument("--capture-redact", action="append", default=[], metavar="JSONPATH", help="also redact this")
+    p.add_argument(
+        "--max-upstream-event-mb",
+        type=float,
+        metavar="MB",
+        help="the largest SSE event or plain body read from the backend, in MiB (default 16); past it: a 502",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -156,6 +162,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             display_cleanup=args.display_cleanup,
             capture=args.capture,
             capture_redact=args.capture_redact,
+            max_upstream_event_mb=args.max_upstream_event_mb,
         )
     except ConfigError as exc:
         return _fail(str(exc))

@@ -55,6 +55,8 @@ class Settings:
     special_tokens: SpecialTokens | None = None  # the model's protected tokens (seed 003)
     display_cleanup: bool = False  # strip unprotected markup such as <|im_start|> from content
     max_body_bytes: int = 16 * 1024 * 1024
+    # One SSE event or one plain body read from the backend; past it the client gets a 502.
+    max_upstream_event_bytes: int = 16 * 1024 * 1024
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
@@ -183,6 +185,7 @@ def build_settings(
     display_cleanup: bool | None = None,
     capture: Path | None = None,
     capture_redact: Sequence[str] = (),
+    max_upstream_event_mb: float | None = None,
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -258,4 +261,15 @@ def build_settings(
         idle_timeout=_number(data.get("idle_timeout", 300.0), "idle_timeout", float, 1e-3),
         capture_dir=capture_dir,
         capture_redact=redact,
+        max_upstream_event_bytes=_megabytes(
+            max_upstream_event_mb
+            if max_upstream_event_mb is not None
+            else _env("MAX_UPSTREAM_EVENT_MB") or data.get("max_upstream_event_mb", 16),
+            "max_upstream_event_mb",
+        ),
     )
+
+
+def _megabytes(value: Any, name: str) -> int:
+    """A size in MiB (fractions allowed) as bytes."""
+    return max(1, int(_number(value, name, float, 1e-6) * 1024 * 1024))
