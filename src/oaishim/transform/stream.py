@@ -124,8 +124,41 @@ class StreamNormalizer:
     # -- input -----------------------------------------------------------------------------
     def feed(self, data: str) -> list[bytes]:
         """The client's bytes for one upstream event; never raises (a fault ends the stream with an error)."""
-        try:
-            return self._feed(data)
+        try:  # one try around the whole event: free in Python 3.11 until something raises
+            if self.ended or self.done or self.stopped:
+                # After a stop at the gateway the rest of the upstream is not read: a later event, or
+                # the cut-off one the relay's decoder flushes, must not turn the answer into an error.
+                return []
+            if data.strip() == "[DONE]":
+                self.done = True
+                return self._release()
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return self.fail(
+                    OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
+                )
+            if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
+                return []
+            if "choices" not in chunk and is_error_body(chunk):
+                return self.fail(normalize_upstream_error(200, chunk))
+            if self.ctx.keep_extensions:
+                self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
+            out: list[bytes] = []
+            choices = chunk.get("choices")
+            if choices is not None and not isinstance(choices, list):
+                raise _parts.unreadable("choices", choices, "an array")
+            for choice in choices or ():
+                if not isinstance(choice, dict) or type(choice.get("index")) is not int:  # not a bool either
+                    where = f"choices[{(choices or []).index(choice)}]"
+                    raise _parts.unreadable(where, choice, "an object with an integer index")
+                if self.ctx.keep_extensions:
+                    self._choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS}
+                out.extend(self._choice(choice))
+            self._extra, self._choice_extra = {}, {}
+            if chunk.get("usage") is not None:
+                self.usage = _parts.usage(chunk["usage"])
+            return out
         except OpenAIError as error:  # a chunk that cannot be read
             return self.fail(error)
         except Exception:
@@ -139,41 +172,6 @@ class StreamNormalizer:
         return OpenAIError(
             502, f"the gateway failed to rewrite the upstream's answer ({self.ctx.response_id})", "server_error"
         )
-
-    def _feed(self, data: str) -> list[bytes]:
-        if self.ended or self.done or self.stopped:
-            # After a stop at the gateway the rest of the upstream is not read: a later event, or
-            # the cut-off one the relay's decoder flushes, must not turn the answer into an error.
-            return []
-        if data.strip() == "[DONE]":
-            self.done = True
-            return self._release()
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return self.fail(
-                OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
-            )
-        if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
-            return []
-        if "choices" not in chunk and is_error_body(chunk):
-            return self.fail(normalize_upstream_error(200, chunk))
-        if self.ctx.keep_extensions:
-            self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
-        out: list[bytes] = []
-        choices = chunk.get("choices")
-        if choices is not None and not isinstance(choices, list):
-            raise _parts.unreadable("choices", choices, "an array")
-        for i, choice in enumerate(choices or ()):
-            if not isinstance(choice, dict) or _parts.count(choice.get("index")) is None:
-                raise _parts.unreadable(f"choices[{i}]", choice, "an object with an integer index")
-            if self.ctx.keep_extensions:
-                self._choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS}
-            out.extend(self._choice(choice))
-        self._extra, self._choice_extra = {}, {}
-        if chunk.get("usage") is not None:
-            self.usage = _parts.usage(chunk["usage"])
-        return out
 
     def _state(self, upstream_index: int) -> _Choice:
         state = self.choices.get(upstream_index)
