@@ -141,6 +141,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "default: POST /tokenize, POST /detokenize, GET /version)",
     )
     _add_limits(p)
+    p.add_argument(
+        "--max-upstream-event-mb",
+        type=float,
+        metavar="MB",
+        help="the largest SSE event or plain body read from the backend, in MiB (default 16); past it: a 502",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -187,6 +193,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             capture_redact=args.capture_redact,
             passthrough=args.passthrough,
             **{flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _LIMITS},
+            max_upstream_event_mb=args.max_upstream_event_mb,
         )
     except ConfigError as exc:
         return _fail(str(exc))

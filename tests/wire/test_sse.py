@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oaishim.wire.sse import DONE, SSEDecoder, SSEEvent, encode_data, encode_event, is_done
+from oaishim.wire.sse import DONE, EventTooLarge, SSEDecoder, SSEEvent, encode_data, encode_event, is_done
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "openai-live"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.sse"))
@@ -503,3 +503,76 @@ def test_unknown_fields_are_ignored_but_kept_aside() -> None:
     events = decoder.feed(b'error: {"message": "boom"}\n\ndata: x\nfoo\n\n')
     assert [e.data for e in events] == ["x"]
     assert decoder.unknown_fields == [("error", '{"message": "boom"}'), ("foo", "")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# A bound on one event: max_event
+
+
+def test_an_endless_line_raises_after_the_bound_and_never_holds_more() -> None:
+    """64 MB without a line end, 1 MB bound: the error comes within one read of the bound, what the
+    decoder holds never passes the bound, and the memory it used stays near the bound."""
+    import tracemalloc
+
+    bound, read = 1 << 20, b"x" * 65536
+    decoder = SSEDecoder(max_event=bound)
+    tracemalloc.start()
+    try:
+        with pytest.raises(EventTooLarge) as raised:
+            decoder.feed(b"data: ")
+            for _ in range((64 << 20) // len(read)):
+                decoder.feed(read)
+                assert decoder.held <= bound
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert raised.value.limit == bound
+    assert bound < decoder.bytes_fed <= bound + len(read)
+    assert decoder.held == 0  # what it held is dropped
+    assert peak < 3 * bound
+    with pytest.raises(ValueError, match="after flush"):
+        decoder.feed(b"\n\n")  # the stream cannot go on
+
+
+def test_many_data_lines_of_one_event_count_together() -> None:
+    decoder = SSEDecoder(max_event=10_000)
+    with pytest.raises(EventTooLarge):
+        for _ in range(100):
+            decoder.feed(b"data: " + b"y" * 500 + b"\n")  # complete lines, but no blank line ever
+            assert decoder.held <= 10_000
+
+
+@pytest.mark.parametrize("size", [1, 4096])
+def test_an_event_in_one_read_counts_too(size: int) -> None:
+    """Also on the one-read fast path: an event longer than the bound raises, one at the bound passes."""
+    with pytest.raises(EventTooLarge):
+        SSEDecoder(max_event=size).feed(b"data: " + b"z" * (size + 1) + b"\n\n")
+    assert SSEDecoder(max_event=size + 7).feed(b"data: " + b"z" * size + b"\n\n") == [SSEEvent("z" * size)]
+
+
+def test_events_under_the_bound_decode_as_without_one_at_every_split_point() -> None:
+    raw = b"data: " + b"a" * 300 + b"\n\n: c\r\ndata: b\rdata: c\n\nevent: e\ndata: " + b"d" * 200 + b"\n\n"
+    want = decode(raw)
+    for k in range(len(raw) + 1):
+        decoder = SSEDecoder(max_event=320)
+        got = decoder.feed(raw[:k]) + decoder.feed(raw[k:]) + decoder.flush()
+        assert got == want, k
+        assert decoder.held == 0
+
+
+def test_a_long_line_in_small_reads_is_not_rescanned() -> None:
+    """Linear in the input: the pieces of a long line are kept and joined once, so a 4 MB line in
+    4096 reads takes milliseconds (rescanning what is held on every read would be ~8 GB of work)."""
+    import time
+
+    def run(piece: int) -> float:
+        decoder = SSEDecoder(max_event=8 << 20)
+        data = b"x" * piece
+        started = time.perf_counter()
+        decoder.feed(b"data: ")
+        for _ in range((4 << 20) // piece):
+            decoder.feed(data)
+        decoder.feed(b"\n\n")
+        return time.perf_counter() - started
+
+    assert run(1024) < 2.0  # generous: a busy machine

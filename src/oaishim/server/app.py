@@ -283,7 +283,7 @@ class Gateway:
             # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5); the
             # gateway parses tool calls written as text, so it asks again with "none".
             try:
-                raw = b"".join([piece async for piece in chunks(response)])
+                raw = await relay.read_all(response, limit=self.settings.max_upstream_event_bytes)
             finally:
                 response.release()
             if refusal.encode() not in raw:
@@ -294,11 +294,12 @@ class Gateway:
             body = {**prepared.body, "tool_choice": "none"}
             response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(body))
         tap = rec.upstream_read if rec is not None else None
+        limit = self.settings.max_upstream_event_bytes
         try:
             if prepared.stream:
-                await relay.relay_stream(response, ctx, send, extra, tap)
+                await relay.relay_stream(response, ctx, send, extra, tap, limit)
             else:
-                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra, tap)
+                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra, tap, limit)
         finally:
             response.release()
 

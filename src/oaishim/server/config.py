@@ -59,6 +59,8 @@ class Settings:
     special_tokens: SpecialTokens | None = None  # the model's protected tokens (seed 003)
     display_cleanup: bool = False  # strip non-end-of-turn special tokens such as <|im_start|> from display text
     max_body_bytes: int = 16 * 1024 * 1024
+    # One SSE event or one plain body read from the backend; past it the client gets a 502.
+    max_upstream_event_bytes: int = 16 * 1024 * 1024
     # the client side (server.http): seconds for a request's head and for its body, the head's size,
     # open connections (None: no bound)
     header_timeout: float = 20.0
@@ -223,6 +225,7 @@ def build_settings(
     first_byte_timeout: float | None = None,
     idle_timeout: float | None = None,
     total_timeout: float | None = None,
+    max_upstream_event_mb: float | None = None,
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -312,4 +315,15 @@ def build_settings(
         capture_dir=capture_dir,
         capture_redact=redact,
         passthrough=passing,
+        max_upstream_event_bytes=_megabytes(
+            max_upstream_event_mb
+            if max_upstream_event_mb is not None
+            else _env("MAX_UPSTREAM_EVENT_MB") or data.get("max_upstream_event_mb", 16),
+            "max_upstream_event_mb",
+        ),
     )
+
+
+def _megabytes(value: Any, name: str) -> int:
+    """A size in MiB (fractions allowed) as bytes."""
+    return max(1, int(_number(value, name, float, 1e-6) * 1024 * 1024))

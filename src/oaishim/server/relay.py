@@ -4,6 +4,11 @@ event by event as it arrives.
 Streams are never buffered: each upstream read is decoded, rewritten and written at once. A task
 watches the client side; when the client goes away the upstream response is closed at once (that
 is what frees the GPU), instead of being read to its end.
+
+What the gateway holds of the backend's answer is bounded (``max_upstream_event_bytes``): one SSE
+event, or one plain body. Past it the upstream is closed and the client gets a 502 (in a stream: one
+error event and the end). Any other fault while relaying is logged with the response id and reaches
+the client the same way, never as a cut connection or a bare 500.
 """
 
 from __future__ import annotations
@@ -18,22 +23,44 @@ import aiohttp
 import orjson
 
 from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
+from oaishim.server.config import Settings
 from oaishim.server.upstream import Tap, chunks
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.stream import StreamNormalizer
 from oaishim.wire.errors import OpenAIError, normalize_upstream_error
 from oaishim.wire.headers import retry_headers
-from oaishim.wire.sse import SSEDecoder
+from oaishim.wire.sse import EventTooLarge, SSEDecoder
 
 log = logging.getLogger("oaishim.relay")
 Normalize = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
 SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+DEFAULT_LIMIT = Settings().max_upstream_event_bytes
 
 
-async def _read_all(response: aiohttp.ClientResponse, tap: Tap | None = None) -> bytes:
-    """The whole body; a broken or idle upstream raises OpenAIError (``response.read()`` would raise
-    aiohttp's own errors, which reach the client as a bare 500)."""
-    return b"".join([chunk async for chunk in chunks(response, tap)])
+def too_large(limit: int, what: str) -> OpenAIError:
+    return OpenAIError(
+        502,
+        f"the upstream sent {what} larger than the gateway's limit of {limit} bytes "
+        "(--max-upstream-event-mb, OAISHIM_MAX_UPSTREAM_EVENT_MB)",
+        "server_error",
+        code="upstream_response_too_large",
+    )
+
+
+async def read_all(response: aiohttp.ClientResponse, tap: Tap | None = None, limit: int = DEFAULT_LIMIT) -> bytes:
+    """The whole body, at most ``limit`` bytes; a broken or idle upstream, or a longer body, raises
+    OpenAIError (``response.read()`` would raise aiohttp's own errors, which reach the client as a
+    bare 500, and would hold a body of any size)."""
+    if (response.content_length or 0) > limit:
+        raise too_large(limit, "a body")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks(response, tap):
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit, "a body")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def relay_plain(
@@ -43,32 +70,58 @@ async def relay_plain(
     send: Send,
     extra: Headers,
     tap: Tap | None = None,
+    limit: int = DEFAULT_LIMIT,
 ) -> None:
-    raw = await _read_all(response, tap)
-    if response.status >= 400:
-        error = normalize_upstream_error(response.status, raw, context_param=ctx.context_param)
-        await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
+    try:
+        raw = await read_all(response, tap, limit)
+    except OpenAIError as error:
+        response.close()  # the rest of the body is not read: the connection cannot be reused
+        await send_error(send, error, extra)
         return
+    try:
+        out = _plain_answer(response.status, raw, ctx, normalize)
+    except OpenAIError as error:
+        retry = retry_headers(response.raw_headers) if response.status >= 400 else []
+        await send_error(send, error, [*extra, *retry])
+        return
+    except Exception:
+        log.exception("response %s (model %s): failed to relay the upstream body", ctx.response_id, ctx.model)
+        failure = OpenAIError(
+            502, f"The gateway failed to relay the upstream's answer ({ctx.response_id}).", "server_error"
+        )
+        await send_error(send, failure, extra)
+        return
+    await send_json(send, 200, out, extra)
+
+
+def _plain_answer(status: int, raw: bytes, ctx: ResponseContext, normalize: Normalize) -> dict[str, Any]:
+    """The client's body for the backend's, or the OpenAIError the client gets instead."""
+    if status >= 400:
+        raise normalize_upstream_error(status, raw, context_param=ctx.context_param)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        await send_error(
-            send, OpenAIError(502, "The upstream answered with a body that is not JSON.", "server_error"), extra
-        )
-        return
+        raise OpenAIError(502, "The upstream answered with a body that is not JSON.", "server_error") from None
     if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
-        await send_error(send, normalize_upstream_error(response.status, body, context_param=ctx.context_param), extra)
-        return
-    await send_json(send, 200, normalize(body, ctx), extra)
+        raise normalize_upstream_error(status, body, context_param=ctx.context_param)
+    try:
+        return normalize(body, ctx)  # a body it cannot read raises OpenAIError 502, as does its own fault
+    except OpenAIError as error:
+        log.warning("response %s: %s", ctx.response_id, error.message)
+        raise
 
 
 def _plain_as_chunk(body: Mapping[str, Any]) -> str:
-    """A plain chat or completion body as one stream chunk (for a backend that ignored stream: true)."""
-    choices = []
-    for choice in body.get("choices") or []:
-        if isinstance(choice, Mapping):
-            delta = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
-            choices.append({**choice, "delta": delta})
+    """A plain chat or completion body as one stream chunk (for a backend that ignored stream: true).
+    What is not a list of objects stays as it is, for the stream normaliser to refuse."""
+    choices = body.get("choices")
+    if isinstance(choices, list):
+        choices = [
+            {**c, "delta": c.get("message") if isinstance(c.get("message"), Mapping) else {}}
+            if isinstance(c, Mapping)
+            else c
+            for c in choices
+        ]
     return orjson.dumps({**body, "choices": choices, "usage": body.get("usage")}).decode()
 
 
@@ -126,14 +179,22 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
 
 
 async def relay_stream(
-    response: aiohttp.ClientResponse, ctx: ResponseContext, send: Send, extra: Headers, tap: Tap | None = None
+    response: aiohttp.ClientResponse,
+    ctx: ResponseContext,
+    send: Send,
+    extra: Headers,
+    tap: Tap | None = None,
+    limit: int = DEFAULT_LIMIT,
 ) -> None:
     if response.status >= 400:
-        await send_error(
-            send,
-            normalize_upstream_error(response.status, await _read_all(response, tap), context_param=ctx.context_param),
-            [*extra, *retry_headers(response.raw_headers)],
-        )
+        try:
+            error = normalize_upstream_error(
+                response.status, await read_all(response, tap, limit), context_param=ctx.context_param
+            )
+        except OpenAIError as failure:
+            response.close()
+            error = failure
+        await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
         return
     normalizer = StreamNormalizer(ctx)
     is_sse = (response.content_type or "").startswith("text/event-stream")
@@ -141,7 +202,7 @@ async def relay_stream(
     tail: list[bytes] = []
     try:
         if not is_sse:
-            raw = await _read_all(response, tap)
+            raw = await read_all(response, tap, limit)
             try:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -149,7 +210,7 @@ async def relay_stream(
             tail = normalizer.feed(_plain_as_chunk(body)) if isinstance(body, Mapping) else []
             tail += normalizer.feed("[DONE]") + normalizer.flush()
         else:
-            decoder = SSEDecoder()
+            decoder = SSEDecoder(limit)
             async for piece in chunks(response, tap):
                 out: list[bytes] = []
                 for event in decoder.feed(piece):
@@ -166,6 +227,9 @@ async def relay_stream(
             tail += normalizer.flush()
     except OpenAIError as error:
         tail = normalizer.fail(error)
+    except EventTooLarge as exc:
+        log.warning("stream %s: the upstream sent an SSE event over %d bytes; closed it", ctx.response_id, exc.limit)
+        tail = normalizer.fail(too_large(exc.limit, "one SSE event"))
     except (aiohttp.ClientError, ConnectionError) as exc:
         tail = normalizer.fail(
             OpenAIError(
@@ -174,6 +238,13 @@ async def relay_stream(
                 "server_error",
                 code="upstream_disconnected",
             )
+        )
+    except Exception:
+        # The normaliser never raises; this is the decoder, the relay or a send: still one error
+        # event and the end for the client, and the details for whoever reads the log.
+        log.exception("stream %s (model %s): failed while relaying the upstream stream", ctx.response_id, ctx.model)
+        tail = normalizer.fail(
+            OpenAIError(502, f"The gateway failed to relay the upstream's answer ({ctx.response_id}).", "server_error")
         )
     finally:
         response.close()  # also when cancelled because the client went away: the backend stops now

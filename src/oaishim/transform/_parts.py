@@ -7,7 +7,11 @@
 * logprobs: the endpoint's own shape, ``-inf`` clamped to -9999.0 as the spec says, extra keys
   (llama.cpp's ``id``) dropped, alternatives trimmed to what was asked;
 * usage: the three counts and the official detail keys; a top-level ``reasoning_tokens`` moved
-  into ``completion_tokens_details``.
+  into ``completion_tokens_details``;
+* odd JSON from the backend: a field that carries the answer (choices, a choice, its delta or
+  message, text, content, refusal, tool calls, finish_reason) with the wrong JSON type is an
+  :func:`unreadable` error, since reading it as absent would lose part of the answer silently;
+  null is absent. Logprobs and usage are annotations: their malformed parts are read as absent.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import orjson
 
 from oaishim.transform.context import ResponseContext, random_id
+from oaishim.wire.errors import OpenAIError
 
 OFFICIAL_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 _PROMPT_DETAILS = ("cached_tokens", "audio_tokens")
@@ -36,6 +41,35 @@ def mapping(value: Any) -> Mapping[str, Any]:
 
 def count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def sequence(value: Any) -> list[Any]:
+    """``value`` when it is a JSON array, else an empty one (logprobs parts: annotations, not the answer)."""
+    return value if isinstance(value, list) else []
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def unreadable(where: str, value: Any, expected: str) -> OpenAIError:
+    """The error for a field of the backend's answer that has the wrong JSON type (502: the backend's fault)."""
+    return OpenAIError(
+        502, f"the upstream sent {where} as {_json_type(value)}, expected {expected}; it cannot be read", "server_error"
+    )
+
+
+def text_or_none(value: Any, where: str) -> str | None:
+    """A text field of the answer: a string, or None when absent or null."""
+    if value is None or isinstance(value, str):
+        return value
+    raise unreadable(where, value, "a string or null")
 
 
 def finish_reason(upstream: Any, made_calls: bool, ctx: ResponseContext) -> str:
@@ -73,7 +107,7 @@ def _logprob(value: Any) -> float:
 
 def _token_bytes(entry: Mapping[str, Any]) -> list[int] | None:
     raw = entry.get("bytes")
-    if isinstance(raw, list):
+    if isinstance(raw, list) and all(isinstance(b, int) and not isinstance(b, bool) for b in raw):
         return raw
     token = entry.get("token")
     return list(token.encode()) if isinstance(token, str) else None
@@ -93,16 +127,16 @@ def chat_logprob_entries(logprobs: Any, ctx: ResponseContext) -> list[dict[str, 
         return []
     out: list[dict[str, Any]] = []
     content = logprobs.get("content")
-    if isinstance(content, list):
-        for entry in content:
+    if content is not None:  # the chat shape (anything but an array there is read as no entries)
+        for entry in sequence(content):
             if not isinstance(entry, Mapping):
                 continue
-            alts = [_alternative(a) for a in entry.get("top_logprobs") or [] if isinstance(a, Mapping)]
+            alts = [_alternative(a) for a in sequence(entry.get("top_logprobs")) if isinstance(a, Mapping)]
             out.append({**_alternative(entry), "top_logprobs": alts[: ctx.top_logprobs]})
         return out
-    tokens = logprobs.get("tokens") or []
-    values = logprobs.get("token_logprobs") or []
-    tops = logprobs.get("top_logprobs") or []
+    tokens = sequence(logprobs.get("tokens"))
+    values = sequence(logprobs.get("token_logprobs"))
+    tops = sequence(logprobs.get("top_logprobs"))
     for i, token in enumerate(tokens):
         top = tops[i] if i < len(tops) and isinstance(tops[i], Mapping) else {}
         alts = [_alternative({"token": t, "logprob": lp}) for t, lp in top.items()]
@@ -116,25 +150,26 @@ def legacy_logprobs(logprobs: Any, want: int, offset: int = 0) -> dict[str, Any]
     if not isinstance(logprobs, Mapping):
         return None
     if "content" not in logprobs:
-        tokens = list(logprobs.get("tokens") or [])
+        tokens = [str(t) for t in sequence(logprobs.get("tokens"))]
         tops = [
-            dict(list(t.items())[: want + 1]) if isinstance(t, Mapping) else t
-            for t in logprobs.get("top_logprobs") or []
+            {str(k): _logprob(v) for k, v in list(t.items())[: want + 1]} if isinstance(t, Mapping) else None
+            for t in sequence(logprobs.get("top_logprobs"))
         ]
+        offsets = [o for o in sequence(logprobs.get("text_offset")) if count(o) is not None]
         return {
             "tokens": tokens,
-            "token_logprobs": [v if v is None else _logprob(v) for v in logprobs.get("token_logprobs") or []],
+            "token_logprobs": [v if v is None else _logprob(v) for v in sequence(logprobs.get("token_logprobs"))],
             "top_logprobs": tops,
-            "text_offset": list(logprobs.get("text_offset") or [offset + i for i in range(len(tokens))]),
+            "text_offset": offsets or [offset + i for i in range(len(tokens))],
         }
-    entries = [e for e in logprobs.get("content") or [] if isinstance(e, Mapping)]
+    entries = [e for e in sequence(logprobs.get("content")) if isinstance(e, Mapping)]
     result: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     position = offset
     for entry in entries:
         token = str(entry.get("token", ""))
         result["tokens"].append(token)
         result["token_logprobs"].append(_logprob(entry.get("logprob")))
-        alts = [a for a in entry.get("top_logprobs") or [] if isinstance(a, Mapping)][: want + 1]
+        alts = [a for a in sequence(entry.get("top_logprobs")) if isinstance(a, Mapping)][: want + 1]
         result["top_logprobs"].append({str(a.get("token", "")): _logprob(a.get("logprob")) for a in alts})
         result["text_offset"].append(position)
         position += len(token)
@@ -151,7 +186,7 @@ def usage(upstream: Any) -> dict[str, Any] | None:
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
     details = upstream.get("prompt_tokens_details")
     if isinstance(details, Mapping):
-        kept = {k: details[k] for k in _PROMPT_DETAILS if isinstance(details.get(k), int)}
+        kept = {k: details[k] for k in _PROMPT_DETAILS if count(details.get(k)) is not None}
         if kept:
             out["prompt_tokens_details"] = kept
     cdetails = (
@@ -159,9 +194,9 @@ def usage(upstream: Any) -> dict[str, Any] | None:
         if isinstance(upstream.get("completion_tokens_details"), Mapping)
         else {}
     )
-    if isinstance(upstream.get("reasoning_tokens"), int) and "reasoning_tokens" not in cdetails:
+    if count(upstream.get("reasoning_tokens")) is not None and "reasoning_tokens" not in cdetails:
         cdetails["reasoning_tokens"] = upstream["reasoning_tokens"]
-    kept = {k: cdetails[k] for k in _COMPLETION_DETAILS if isinstance(cdetails.get(k), int)}
+    kept = {k: cdetails[k] for k in _COMPLETION_DETAILS if count(cdetails.get(k)) is not None}
     if kept:
         out["completion_tokens_details"] = kept
     return out

@@ -5,10 +5,15 @@ openai-wire-format.md §3–4: a message always has ``role``, ``content`` and ``
 ``tool_calls`` only when there are calls, and then ``content: null`` unless there was text;
 reasoning only under the name the client asked for and never as ``""``; ``logprobs`` key always
 present; usage with the official keys. ``--keep-extensions`` copies the backend's own keys back.
+
+A body the gateway cannot read (a field of the answer with the wrong JSON type, see ``_parts``)
+raises an OpenAIError 502; so does any fault of the gateway's own while rewriting, logged with the
+response id, so the client gets an official error and never a bare 500.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,6 +21,35 @@ from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, join_text
 from oaishim.transform.repair import repair_text
+from oaishim.wire.errors import OpenAIError
+
+log = logging.getLogger("oaishim.response")
+Build = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
+
+
+def _guarded(build: Build, body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    try:
+        return build(body, ctx)
+    except OpenAIError:
+        raise
+    except Exception:
+        log.exception("response %s (model %s): failed to rewrite the upstream body", ctx.response_id, ctx.model)
+        raise OpenAIError(
+            502, f"the gateway failed to rewrite the upstream's answer ({ctx.response_id})", "server_error"
+        ) from None
+
+
+def _objects(body: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """``body[key]``, an array of objects (absent or null: none)."""
+    items = body.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise _parts.unreadable(key, items, "an array")
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise _parts.unreadable(f"{key}[{i}]", item, "an object")
+    return items
 
 
 def _envelope(
@@ -25,7 +59,7 @@ def _envelope(
     build: Callable[[int, Mapping[str, Any], ResponseContext], dict[str, Any]],
 ) -> dict[str, Any]:
     """The response object around its choices: the gateway's id, created and model; official usage."""
-    choices = [c for c in body.get("choices") or [] if isinstance(c, Mapping)]
+    choices = _objects(body, "choices")
     out: dict[str, Any] = {
         "id": ctx.response_id,
         "object": obj,
@@ -41,22 +75,25 @@ def _envelope(
 
 
 def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    return _envelope(body, ctx, "chat.completion", _chat_choice)
+    return _guarded(lambda b, c: _envelope(b, c, "chat.completion", _chat_choice), body, ctx)
 
 
 def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    upstream = _parts.mapping(choice.get("message"))
-    calls = [_tool_call(c) for c in upstream.get("tool_calls") or [] if isinstance(c, Mapping)]
-    text = upstream.get("content")
+    message_in = choice.get("message")
+    if message_in is not None and not isinstance(message_in, Mapping):
+        raise _parts.unreadable(f"choices[{i}].message", message_in, "an object")
+    upstream = _parts.mapping(message_in)
+    calls = [_tool_call(c) for c in _objects(upstream, "tool_calls")]
+    text = _parts.text_or_none(upstream.get("content"), f"choices[{i}].message.content")
     reasoning = _parts.reasoning_text(upstream)
-    finish = choice.get("finish_reason")
+    finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
     if isinstance(text, str) and text and ctx.repair is not None and ctx.repair.active:
         pieces, stopped = repair_text(text, ctx.repair)
         text = join_text(pieces, "content")
         reasoning += join_text(pieces, "reasoning")
         calls += _repaired_calls(pieces)
         finish = "stop" if stopped else finish
-    refusal = upstream.get("refusal") if isinstance(upstream.get("refusal"), str) else None
+    refusal = _parts.text_or_none(upstream.get("refusal"), f"choices[{i}].message.refusal")
     content = text if isinstance(text, str) and (text or not calls) else None
     if content is None and not calls and refusal is None:
         content = ""  # a turn with no text and no call still says so with an empty string
@@ -89,21 +126,25 @@ def _repaired_calls(pieces: list[Piece]) -> list[dict[str, Any]]:
 
 
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
-    fn = _parts.mapping(call.get("function"))
+    fn = call.get("function")
+    if fn is not None and not isinstance(fn, Mapping):
+        raise _parts.unreadable("a tool call's function", fn, "an object")
+    fn = _parts.mapping(fn)
+    name = _parts.text_or_none(fn.get("name"), "a tool call's name") or ""
     return {
         "id": _parts.call_id(call.get("id")),
         "type": "function",
-        "function": {"name": str(fn.get("name") or ""), "arguments": _parts.arguments_text(fn.get("arguments"))},
+        "function": {"name": name, "arguments": _parts.arguments_text(fn.get("arguments"))},
     }
 
 
 def normalize_completion(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    return _envelope(body, ctx, "text_completion", _text_choice)
+    return _guarded(lambda b, c: _envelope(b, c, "text_completion", _text_choice), body, ctx)
 
 
 def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    finish = choice.get("finish_reason")
-    text = choice.get("text") if isinstance(choice.get("text"), str) else ""
+    finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
+    text = _parts.text_or_none(choice.get("text"), f"choices[{i}].text") or ""
     if text and ctx.repair is not None and ctx.repair.active:  # stops, special tokens: as the stream does
         pieces, stopped = repair_text(text, ctx.repair)
         text = join_text(pieces, "content")
@@ -119,14 +160,19 @@ def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
 
 
 def normalize_embeddings(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    data = [d for d in body.get("data") or [] if isinstance(d, Mapping)]
+    return _guarded(_embeddings, body, ctx)
+
+
+def _embeddings(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    data = _objects(body, "data")
     usage = _parts.mapping(body.get("usage"))
-    prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+    prompt = _parts.count(usage.get("prompt_tokens")) or 0
+    total = _parts.count(usage.get("total_tokens"))
     out: dict[str, Any] = {
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": d.get("embedding")} for i, d in enumerate(data)],
         "model": ctx.model,
-        "usage": {"prompt_tokens": prompt, "total_tokens": usage.get("total_tokens", prompt)},
+        "usage": {"prompt_tokens": prompt, "total_tokens": prompt if total is None else total},
     }
     out.update(_parts.extensions(body, out, ctx))
     return out

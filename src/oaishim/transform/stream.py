@@ -6,16 +6,25 @@ follows the official order (openai-wire-format.md §3): one ``id``, ``created`` 
 every chunk; per choice a role chunk first, then deltas, then ``finish_reason`` in its own chunk
 with ``delta: {}``; a usage chunk with ``choices: []`` only when the client asked; ``[DONE]``.
 
+The upstream's ``finish_reason`` is held until the stream really ends (its ``[DONE]``, the end of
+the body, or a stop at the gateway): a backend may send text after its finish chunk (issue 19), and
+that text goes to the client before the finish, which stays last. A choice the gateway itself ends
+(a stop string, an end-of-turn token) finishes at once; nothing of it is read after that.
+
 A stream that ends without its finish (a backend killed mid-stream, a TRT-LLM stream that just
 stops) ends in one ``data: {"error": …}`` event instead, so the official SDKs raise rather than
-return a silently truncated answer.
+return a silently truncated answer. So does a chunk the gateway cannot read (a field with the wrong
+JSON type) and any fault of the gateway's own while rewriting: it is logged with the response id,
+and the client gets one error event and the end, never a cut connection.
 
 State is one :class:`_Choice` per upstream choice index. States: ``waiting`` (nothing sent yet),
-``open`` (role chunk sent), ``finished``.
+``open`` (role chunk sent), ``finished`` (finish chunk sent); ``held`` is the upstream's finish
+while it waits.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +38,7 @@ from oaishim.transform.repair import TextRepair
 from oaishim.wire.errors import OpenAIError, error_event, is_error_body, normalize_upstream_error
 
 DONE = b"data: [DONE]\n\n"
+log = logging.getLogger("oaishim.stream")
 
 
 @dataclass(slots=True)
@@ -47,6 +57,7 @@ class _Choice:
     state: str = "waiting"
     calls: dict[object, _Call] = field(default_factory=dict)  # upstream index, or ("text", i) for repaired calls
     finish: str | None = None
+    held: str | None = None  # the upstream's finish_reason, sent when the stream really ends
     text_offset: int = 0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # entries not yet sent with a content delta
 
@@ -60,6 +71,7 @@ class StreamNormalizer:
     def __init__(self, ctx: ResponseContext) -> None:
         self.ctx = ctx
         self.choices: dict[int, _Choice] = {}
+        self._held: list[_Choice] = []  # choices whose upstream finish came, in the order it came
         self._numbered = 0  # output indices given so far: in the order choices open, from 0
         self.usage: dict[str, Any] | None = None
         self.done = False  # upstream sent [DONE]
@@ -111,35 +123,55 @@ class StreamNormalizer:
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, data: str) -> list[bytes]:
-        if self.ended or self.done or self.stopped:
-            # After a stop at the gateway the rest of the upstream is not read: a later event, or
-            # the cut-off one the relay's decoder flushes, must not turn the answer into an error.
-            return []
-        if data.strip() == "[DONE]":
-            self.done = True
-            return []
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return self.fail(
-                OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
-            )
-        if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
-            return []
-        if "choices" not in chunk and is_error_body(chunk):
-            return self.fail(normalize_upstream_error(200, chunk))
-        if self.ctx.keep_extensions:
-            self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
-        out: list[bytes] = []
-        for choice in chunk.get("choices") or []:
-            if isinstance(choice, dict) and isinstance(choice.get("index"), int):
+        """The client's bytes for one upstream event; never raises (a fault ends the stream with an error)."""
+        try:  # one try around the whole event: free in Python 3.11 until something raises
+            if self.ended or self.done or self.stopped:
+                # After a stop at the gateway the rest of the upstream is not read: a later event, or
+                # the cut-off one the relay's decoder flushes, must not turn the answer into an error.
+                return []
+            if data.strip() == "[DONE]":
+                self.done = True
+                return self._release()
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return self.fail(
+                    OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
+                )
+            if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
+                return []
+            if "choices" not in chunk and is_error_body(chunk):
+                return self.fail(normalize_upstream_error(200, chunk))
+            if self.ctx.keep_extensions:
+                self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
+            out: list[bytes] = []
+            choices = chunk.get("choices")
+            if choices is not None and not isinstance(choices, list):
+                raise _parts.unreadable("choices", choices, "an array")
+            for choice in choices or ():
+                if not isinstance(choice, dict) or type(choice.get("index")) is not int:  # not a bool either
+                    where = f"choices[{(choices or []).index(choice)}]"
+                    raise _parts.unreadable(where, choice, "an object with an integer index")
                 if self.ctx.keep_extensions:
                     self._choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS}
                 out.extend(self._choice(choice))
-        self._extra, self._choice_extra = {}, {}
-        if chunk.get("usage") is not None:
-            self.usage = _parts.usage(chunk["usage"])
-        return out
+            self._extra, self._choice_extra = {}, {}
+            if chunk.get("usage") is not None:
+                self.usage = _parts.usage(chunk["usage"])
+            return out
+        except OpenAIError as error:  # a chunk that cannot be read
+            return self.fail(error)
+        except Exception:
+            log.exception("stream %s (model %s): failed to rewrite the event %.300r", *self._where(), data)
+            return self.fail(self._internal())
+
+    def _where(self) -> tuple[str, str]:
+        return self.ctx.response_id, self.ctx.model
+
+    def _internal(self) -> OpenAIError:
+        return OpenAIError(
+            502, f"the gateway failed to rewrite the upstream's answer ({self.ctx.response_id})", "server_error"
+        )
 
     def _state(self, upstream_index: int) -> _Choice:
         state = self.choices.get(upstream_index)
@@ -154,7 +186,11 @@ class StreamNormalizer:
             return []  # the official stream sends nothing for a choice after its finish
         out: list[bytes] = []
         if self.ctx.chat:
-            delta = _parts.mapping(choice.get("delta"))
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                if delta is not None:
+                    raise _parts.unreadable("a choice's delta", delta, "an object")
+                delta = _parts.mapping(delta)
             out.extend(self._chat_delta(state, delta, choice.get("logprobs")))
         else:
             out.extend(self._text(state, choice))
@@ -162,9 +198,16 @@ class StreamNormalizer:
             return out  # a stop string ended the text at the gateway
         finish = choice.get("finish_reason")
         if finish is not None:
+            if not isinstance(finish, str):
+                raise _parts.unreadable("a finish_reason", finish, "a string or null")
             if finish in {"abort", "error"}:
                 return [*out, *self.fail(OpenAIError(500, "the upstream aborted the generation", "server_error"))]
-            out.extend(self._finish(state, finish))
+            if state.held is None:  # a second finish for the choice changes nothing
+                # Held, not sent: text may still come for this choice (issue 19). It is numbered
+                # now, so output indices follow the order choices opened or finished, as before.
+                self._number(state)
+                state.held = finish
+                self._held.append(state)
         return out
 
     # -- emitting official deltas ------------------------------------------------------------
@@ -228,7 +271,10 @@ class StreamNormalizer:
         if self.ctx.logprobs:
             state.logprobs += _parts.chat_logprob_entries(logprobs, self.ctx)
         content = delta.get("content")
-        if isinstance(content, str) and content:
+        if not isinstance(content, str):
+            if content is not None:
+                raise _parts.unreadable("a delta's content", content, "a string or null")
+        elif content:
             if state.repair is None:
                 out += self._content(state, content)
             else:
@@ -236,23 +282,28 @@ class StreamNormalizer:
                 if state.repair.stopped:
                     return out + self._finish(state, "stop")
         refusal = delta.get("refusal")
-        if isinstance(refusal, str) and refusal:
+        if refusal is not None and _parts.text_or_none(refusal, "a delta's refusal"):
             out += self._open(state, "refusal")
             out.append(self._delta(state.index, {"refusal": refusal}))
         calls = delta.get("tool_calls")
-        if isinstance(calls, list):
+        if calls:
+            if not isinstance(calls, list):
+                raise _parts.unreadable("a delta's tool_calls", calls, "an array")
             for call in calls:
-                if isinstance(call, Mapping):
-                    fn = _parts.mapping(call.get("function"))
-                    key = _parts.count(call.get("index"))
-                    name = fn.get("name") if isinstance(fn.get("name"), str) and fn.get("name") else None
-                    out += self._tool_call(
-                        state,
-                        len(state.calls) if key is None else key,
-                        call.get("id"),
-                        name,
-                        _parts.arguments_text(fn.get("arguments")),
-                    )
+                fn = call.get("function") if isinstance(call, Mapping) else None
+                if not isinstance(fn, Mapping):
+                    if fn is not None or not isinstance(call, Mapping):
+                        raise _parts.unreadable("a tool-call delta", call, 'an object with a "function" object')
+                    fn = _parts.mapping(fn)
+                key = _parts.count(call.get("index"))
+                name = _parts.text_or_none(fn.get("name"), "a tool call's name") or None
+                out += self._tool_call(
+                    state,
+                    len(state.calls) if key is None else key,
+                    call.get("id"),
+                    name,
+                    _parts.arguments_text(fn.get("arguments")),
+                )
         return out
 
     def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[bytes]:
@@ -285,6 +336,8 @@ class StreamNormalizer:
     def _text(self, state: _Choice, choice: Mapping[str, Any]) -> list[bytes]:
         text = choice.get("text")
         if not isinstance(text, str) or not text:
+            if text is not None and not isinstance(text, str):
+                raise _parts.unreadable("a choice's text", text, "a string or null")
             return []
         self._number(state)
         state.state = "open"
@@ -328,13 +381,26 @@ class StreamNormalizer:
         out.append(self._delta(state.index, empty, None, reason))
         return out
 
+    def _release(self) -> list[bytes]:
+        """The stream really ended: send the finishes held back, in the order they came."""
+        out: list[bytes] = []
+        for state in self._held:
+            if state.state != "finished" and state.held is not None:  # not ended at the gateway since
+                out += self._finish(state, state.held)
+        self._held.clear()
+        return out
+
     @property
     def stopped(self) -> bool:
-        """Every choice is finished and a stop string ended one at the gateway: close the upstream."""
+        """Every choice is done and a stop string ended one at the gateway: close the upstream.
+
+        A choice whose upstream finish is held counts as done: waiting for the upstream's [DONE]
+        would keep the backend generating the text the gateway cut. (Text that a backend would
+        still send after that choice's finish is then not read: a rare fault meets a rarer one.)"""
         # Asked before and after every upstream event: a loop, so the usual answer (a choice is
         # still open) costs no generator.
         for c in self.choices.values():
-            if c.state != "finished":
+            if c.state != "finished" and c.held is None:
                 return False
         return any(c.repair is not None and c.repair.stopped for c in self.choices.values())
 
@@ -347,14 +413,21 @@ class StreamNormalizer:
 
     # -- end -------------------------------------------------------------------------------
     def flush(self) -> list[bytes]:
-        """End of the upstream stream: close it the official way, or fail it loudly."""
+        """End of the upstream stream: close it the official way, or fail it loudly; never raises."""
+        try:
+            return self._flush()
+        except Exception:
+            log.exception("stream %s (model %s): failed to end the stream", *self._where())
+            return self.fail(self._internal())
+
+    def _flush(self) -> list[bytes]:
         if self.ended:
             return []
+        out = self._release()
         unfinished = [i for i, c in self.choices.items() if c.state != "finished"]  # upstream indices
         if unfinished or not self.choices:
             what = "before any choice" if not self.choices else f"before choice {unfinished[0]} finished"
-            return self.fail(OpenAIError(502, f"the upstream stream ended {what}", "server_error"))
-        out: list[bytes] = []
+            return [*out, *self.fail(OpenAIError(502, f"the upstream stream ended {what}", "server_error"))]
         if self.ctx.include_usage and self.usage is not None:
             # Only what the backend counted: a made-up usage would be a lie (the checker reports
             # the missing chunk instead).

@@ -25,6 +25,11 @@ Rules, and why they are spelled out here:
   its final LF) is. Either way the event type and data buffers are reset; the last event ID is not
   (the spec keeps it across events, so every event carries the ID in force when it was dispatched).
 
+A decoder made with ``max_event`` bounds what it holds for one event (the unfinished line plus the
+data lines of an event not yet dispatched, counted in characters; JSON from backends is ASCII, so
+that is bytes): past it, :meth:`SSEDecoder.feed` raises :class:`EventTooLarge` and drops what it
+held. The count is kept as pieces arrive, so a long line in many reads is never rescanned.
+
 One deliberate departure: the spec discards an event that is still open when the stream ends. A
 gateway should not lose data silently, so :meth:`SSEDecoder.flush` returns such an event and sets
 :attr:`SSEDecoder.incomplete_tail`, letting the caller decide whether a truncated stream is an error.
@@ -36,12 +41,20 @@ import codecs
 import re
 from dataclasses import dataclass
 
-__all__ = ["DONE", "SSEDecoder", "SSEEvent", "encode_data", "encode_event", "is_done"]
+__all__ = ["DONE", "EventTooLarge", "SSEDecoder", "SSEEvent", "encode_data", "encode_event", "is_done"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 DONE: bytes = b"data: [DONE]\n\n"
 """The sentinel OpenAI sends as the last event of a stream."""
+
+
+class EventTooLarge(ValueError):
+    """One event grew past the decoder's ``max_event``; ``limit`` is that bound."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an SSE event longer than {limit} characters")
+        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,25 +77,32 @@ class SSEDecoder:
     """Turns a byte stream, fed in arbitrary pieces, into :class:`SSEEvent` objects.
 
     Events are returned by the :meth:`feed` call that completes them. Call :meth:`flush` once at end
-    of stream; after that the decoder is finished and :meth:`feed` raises.
+    of stream; after that the decoder is finished and :meth:`feed` raises. With ``max_event``, an
+    event that would make the decoder hold more than that raises :class:`EventTooLarge`.
     """
 
     __slots__ = (
         "_at_start",
         "_data",
+        "_data_size",
         "_decoder",
         "_event",
         "_finished",
         "_last_id",
         "_partial",
+        "_partial_size",
         "_retry",
         "_skip_lf",
         "bytes_fed",
         "incomplete_tail",
+        "max_event",
         "unknown_fields",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_event: int | None = None) -> None:
+        self.max_event = max_event
+        self._partial_size = 0  # characters in _partial
+        self._data_size = 0  # characters in _data
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._at_start = True  # no character decoded yet, so a BOM may still come
         self._skip_lf = False  # the last read ended with CR: an LF first in the next one completes CRLF
@@ -105,6 +125,20 @@ class SSEDecoder:
         self.bytes_fed += len(chunk)
         return self._text(self._decoder.decode(chunk))
 
+    @property
+    def held(self) -> int:
+        """Characters held for the event in progress: its unfinished line and its data lines so far."""
+        return self._partial_size + self._data_size
+
+    def _too_large(self) -> EventTooLarge:
+        """Drop what is held (the memory is the point) and finish: the stream cannot go on."""
+        assert self.max_event is not None
+        self._partial.clear()
+        self._data = []
+        self._partial_size = self._data_size = 0
+        self._finished = True
+        return EventTooLarge(self.max_event)
+
     def flush(self) -> list[SSEEvent]:
         """End the stream: return the event left open by a missing blank line, if it has data.
 
@@ -119,9 +153,11 @@ class SSEDecoder:
         if self._partial:
             self._lines(["".join(self._partial)], events)
             self._partial.clear()
+            self._partial_size = 0
         if self._data:
             events.append(SSEEvent("\n".join(self._data), self._event, self._last_id, self._retry))
             self._data = []
+            self._data_size = 0
             self.incomplete_tail = True
         return events
 
@@ -140,12 +176,14 @@ class SSEDecoder:
                 text = text[1:]
         if not text:
             return events
+        limit = self.max_event
         if (
             text[-2:] == "\n\n"
             and text.startswith("data: ")
             and text.find("\n") == len(text) - 2
             and not (self._partial or self._data or self._event or self._retry is not None)
             and "\r" not in text
+            and (limit is None or len(text) <= limit)
         ):
             # The usual read: exactly one "data: …" line and its blank line, nothing pending.
             # What the rules below give for it, without splitting into lines.
@@ -158,21 +196,30 @@ class SSEDecoder:
         tail = lines.pop()  # after the last line end: "" when the text ended with one
         if lines:
             if self._partial:
+                if limit is not None and self._partial_size + len(lines[0]) + self._data_size > limit:
+                    raise self._too_large()
                 self._partial.append(lines[0])
                 lines[0] = "".join(self._partial)
                 self._partial.clear()
+                self._partial_size = 0
             self._lines(lines, events)
         if tail:
+            # Counted before it is kept: what the decoder holds never passes the bound.
+            if limit is not None and self._partial_size + len(tail) + self._data_size > limit:
+                raise self._too_large()
             self._partial.append(tail)
+            self._partial_size += len(tail)
         return events
 
     def _lines(self, lines: list[str], events: list[SSEEvent]) -> None:
         # One loop without per-line method calls: this runs for every line of every streamed token.
+        limit = self.max_event
         for line in lines:
             if not line:
                 if self._data:
                     events.append(SSEEvent("\n".join(self._data), self._event, self._last_id, self._retry))
                     self._data = []
+                    self._data_size = 0
                 self._event = ""
                 self._retry = None
                 continue
@@ -182,6 +229,9 @@ class SSEDecoder:
             if value[:1] == " ":
                 value = value[1:]
             if name == "data":
+                self._data_size += len(value) + 1  # + the LF that joins it to the next line
+                if limit is not None and self._data_size > limit:
+                    raise self._too_large()
                 self._data.append(value)
             elif name == "event":
                 self._event = value
