@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.repair import RepairPlan
@@ -134,9 +135,7 @@ def _mutated_events(data: st.DataObject, streams: list[tuple[str, list[str]]]) -
     return events
 
 
-FUZZ = settings(
-    derandomize=True, max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
-)
+FUZZ = settings(examples(200), suppress_health_check=[HealthCheck.too_slow])
 
 
 @FUZZ

@@ -13,11 +13,12 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_request import ACCEPTED as REQUEST_ACCEPTED
 from test_validate_schema import ACCEPTED as SCHEMA_ACCEPTED
 
+from _props import examples
 from oaishim.profiles._base import Profile
 from oaishim.transform.request import prepare
 from oaishim.transform.validate import validate
@@ -130,8 +131,7 @@ def assert_official_400(err: OpenAIError) -> None:
     assert err.code is None or isinstance(err.code, str)
 
 
-@seed(20261201)
-@settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(400), suppress_health_check=[HealthCheck.too_slow])
 @given(broken_requests())
 def test_broken_requests_are_accepted_or_refused_with_an_official_400(case: tuple[str, Any]) -> None:
     endpoint, body = case
@@ -165,8 +165,7 @@ safe_values = st.recursive(
 )
 
 
-@seed(20261202)
-@settings(max_examples=200, deadline=None, database=None)
+@examples(200)
 @given(st.sampled_from(VALID), st.dictionaries(st.text(max_size=8).map(lambda k: "x_" + k), safe_values, max_size=3))
 def test_valid_requests_with_backend_fields_are_accepted(
     case: tuple[str, dict[str, Any]], extra: dict[str, Any]

@@ -6,9 +6,10 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _props import examples
 from oaishim.wire.paths import BadTarget, PassRule, allowed, join_upstream, normalize_path, parse_rule, quote_query
 
 # (raw target path, canonical form)
@@ -109,7 +110,7 @@ PATH_BYTES = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@examples(300)
 @given(PATH_BYTES)
 def test_canonical_form_is_a_fixed_point_without_dot_segments(parts: list[bytes]) -> None:
     raw = b"/" + b"".join(parts)
