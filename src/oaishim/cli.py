@@ -165,9 +165,26 @@ _LIMITS: tuple[tuple[str, type[int] | type[float], str], ...] = (
 )
 
 
+# The embedded engine's settings (serve with no --upstream); each is also OAISHIM_<NAME> and a config key.
+_ENGINE: tuple[tuple[str, type[int] | type[float], str], ...] = (
+    ("--ctx-size", int, "the engine's context in tokens, 0 for the model's own (default: 65536 for the tiny model)"),
+    ("--threads", int, "CPU threads for the engine (default 1)"),
+    ("--parallel", int, "requests the engine serves at once, sharing its context (default 2)"),
+)
+
+
 def _add_limits(p: argparse.ArgumentParser) -> None:
-    for flag, kind, text in _LIMITS:
+    for flag, kind, text in (*_LIMITS, *_ENGINE):
         p.add_argument(flag, type=kind, metavar="N" if kind is int else "SECONDS", help=text)
+    p.add_argument(
+        "--llama-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        dest="llama_args",
+        help="one more llama-server argument for the embedded engine (repeatable: --llama-arg=--flash-attn "
+        "--llama-arg=on)",
+    )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -192,7 +209,11 @@ def _run_serve(args: argparse.Namespace) -> int:
             capture=args.capture,
             capture_redact=args.capture_redact,
             passthrough=args.passthrough,
-            **{flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _LIMITS},
+            **{
+                flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
+                for flag, _, _ in (*_LIMITS, *_ENGINE)
+            },
+            llama_args=args.llama_args,
             max_upstream_event_mb=args.max_upstream_event_mb,
         )
     except ConfigError as exc:
@@ -216,7 +237,14 @@ def _serve_embedded(args: argparse.Namespace, settings: Any, serve: Any) -> int:
     alias = args.served_model_name or (args.model.stem if args.model else "tiny")
     print("oaishim: starting the embedded llama.cpp engine (the tiny model is built on first use)", flush=True)
     try:
-        engine = start_embedded(args.model, alias)
+        engine = start_embedded(
+            args.model,
+            alias,
+            ctx_size=settings.ctx_size,
+            threads=settings.threads,
+            parallel=settings.parallel,
+            extra_args=settings.llama_args,
+        )
     except EngineError as exc:
         return _fail(str(exc))
     try:

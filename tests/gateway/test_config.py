@@ -324,6 +324,9 @@ LIMITS = {  # setting: (flag value, environment value, file value)
     "first_byte_timeout": (7.0, "8", 9.0),
     "idle_timeout": (11.0, "12", 13.0),
     "total_timeout": (100.0, "200", 300.0),
+    "ctx_size": (32768, "16384", 8192),
+    "threads": (3, "2", 4),
+    "parallel": (4, "3", 5),
 }
 
 
@@ -377,3 +380,44 @@ def test_bad_limit_values(monkeypatch: pytest.MonkeyPatch, variable: str, value:
     with pytest.raises(ConfigError) as caught:
         build_settings(upstream="http://u:1")
     assert message in str(caught.value)
+
+
+def test_llama_server_arguments_from_flags_environment_and_file(files: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = files("engine.toml", 'llama_args = ["--flash-attn", "on"]\n')
+    assert build_settings(config=config).llama_args == ("--flash-attn", "on")
+    monkeypatch.setenv("OAISHIM_LLAMA_ARGS", "-b 512 --mlock")
+    assert build_settings(config=config).llama_args == ("-b", "512", "--mlock")
+    assert build_settings(config=config, llama_args=["--no-warmup"]).llama_args == ("--no-warmup",)
+    monkeypatch.delenv("OAISHIM_LLAMA_ARGS")
+    with pytest.raises(ConfigError, match="llama_args"):
+        build_settings(config=files("bad.toml", "llama_args = 5\n"), llama_args=())
+
+
+def test_the_embedded_engine_gets_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve with no upstream hands the engine settings to start_embedded (the engine itself is
+    replaced here: tests/engine/test_embedded.py runs the real one with these settings)."""
+    from types import SimpleNamespace
+
+    from oaishim.engine import embedded
+
+    got: dict[str, Any] = {}
+    stopped: list[bool] = []
+
+    def fake_start(model: Any, alias: str, **options: Any) -> Any:
+        got.update(options, model=model, alias=alias)
+        server = SimpleNamespace(url="http://127.0.0.1:1", stop=lambda: stopped.append(True))
+        return SimpleNamespace(server=server, special=None)
+
+    monkeypatch.setattr(embedded, "start_embedded", fake_start)
+    monkeypatch.setattr("oaishim.server.main.serve", lambda settings, log_level: None)
+    argv = ["serve", "--ctx-size", "20000", "--threads", "2", "--parallel", "3", "--llama-arg=--mlock"]
+    assert main(argv) == 0
+    assert got == {
+        "model": None,
+        "alias": "tiny",
+        "ctx_size": 20000,
+        "threads": 2,
+        "parallel": 3,
+        "extra_args": ("--mlock",),
+    }
+    assert stopped == [True]

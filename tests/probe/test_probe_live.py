@@ -105,7 +105,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 def servers(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(raw llama-server URL, gateway URL)."""
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with LlamaServer(tiny.gguf, alias=ALIAS, log_path=log) as raw:
+    with LlamaServer(tiny.gguf, alias=ALIAS, max_tokens=256, log_path=log) as raw:
         route = ModelRoute(name=ALIAS, upstreams=(raw.url,), profile="llamacpp")
         settings = Settings(models=(route,), port=free_port(), special_tokens=tiny.special)
         with RunningGateway(settings) as gateway:

@@ -42,21 +42,50 @@ def gguf_special_tokens(path: Path) -> SpecialTokens | None:
     return special_tokens_from_gguf(metadata)
 
 
-def start_embedded(model: Path | None, alias: str, *, log_path: Path | None = None) -> Embedded:
-    """Start llama-server on ``model`` (default: the tiny model, built on first use)."""
+TINY_CONTEXT = 65536  # agent clients send 10-20k-token prompts (Codex CLI ~9k, OpenClaw 12-19k)
+
+
+def start_embedded(
+    model: Path | None,
+    alias: str,
+    *,
+    ctx_size: int | None = None,
+    threads: int = 1,
+    parallel: int = 2,
+    extra_args: tuple[str, ...] = (),
+    log_path: Path | None = None,
+) -> Embedded:
+    """Start llama-server on ``model`` (default: the tiny model, built on first use).
+
+    ``ctx_size`` None: the tiny model gets TINY_CONTEXT (its trained context is raised to it at load:
+    its KV cache is 512 bytes a token, and random weights lose nothing by it), a user's GGUF its own
+    trained context. No generation limit is set: each request's ``max_tokens`` is the limit, as at OpenAI.
+    """
     special: SpecialTokens | None
     if model is None:
         from oaishim.engine.tinymodel import ensure_tiny_models
 
         tiny = ensure_tiny_models()
         model, special = tiny.gguf, tiny.special
+        context = TINY_CONTEXT if ctx_size is None else ctx_size
+        # llama-server caps a slot at the trained context: raise the model's own at load
+        extra_args = ("--override-kv", f"llama.context_length=int:{max(context, 4096)}", *extra_args)
     else:
         if not model.exists():
             raise EngineError(f"model file not found: {model}")
         special = gguf_special_tokens(model)
-    server = LlamaServer(model=model, alias=alias, log_path=log_path)
+        context = 0 if ctx_size is None else ctx_size
+    server = LlamaServer(
+        model=model,
+        alias=alias,
+        context=context,
+        threads=threads,
+        parallel=parallel,
+        log_path=log_path,
+        extra_args=extra_args,
+    )
     server.start()
     return Embedded(server, special)
 
 
-__all__ = ["Embedded", "EngineError", "gguf_special_tokens", "start_embedded"]
+__all__ = ["TINY_CONTEXT", "Embedded", "EngineError", "gguf_special_tokens", "start_embedded"]

@@ -77,9 +77,10 @@ class LlamaServer:
 
     model: Path
     alias: str = "tiny"
-    context: int = 4096
+    context: int = 4096  # tokens; 0: the model's trained context
     threads: int = 1  # the tiny model needs no more; llama.cpp spin-waits its threads, starving a 2-core box
-    max_tokens: int = 256  # random-weight models never emit eos: bound every generation
+    parallel: int = 1  # request slots; with more than one they share one KV cache of ``context`` tokens
+    max_tokens: int | None = None  # a server-wide generation limit (None: each request's max_tokens)
     log_path: Path | None = None
     extra_args: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
@@ -99,7 +100,9 @@ class LlamaServer:
             "--port", str(self.port),
             "-c", str(self.context),
             "-t", str(self.threads),
-            "-n", str(self.max_tokens),
+            "-np", str(self.parallel),
+            *(["--kv-unified"] if self.parallel > 1 else []),  # any one request may use the whole context
+            *(["-n", str(self.max_tokens)] if self.max_tokens is not None else []),
             *self.extra_args,
         ]  # fmt: skip
 

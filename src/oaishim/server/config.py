@@ -15,6 +15,7 @@ profile = "vllm"                     # or "auto"
 from __future__ import annotations
 
 import os
+import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -75,6 +76,13 @@ class Settings:
     total_timeout: float | None = None
     capture_dir: Path | None = None  # record every exchange there (oaishim.capture)
     capture_redact: tuple[str, ...] = ()  # JSON paths redacted in the records, beyond keys and cookies
+    # the embedded engine (serve with no upstream): its context in tokens (None: the tiny model's
+    # TINY_CONTEXT, a GGUF's own trained context), CPU threads, request slots sharing that context,
+    # and any other llama-server arguments
+    ctx_size: int | None = None
+    threads: int = 1
+    parallel: int = 2
+    llama_args: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -226,6 +234,10 @@ def build_settings(
     idle_timeout: float | None = None,
     total_timeout: float | None = None,
     max_upstream_event_mb: float | None = None,
+    ctx_size: int | None = None,
+    threads: int | None = None,
+    parallel: int | None = None,
+    llama_args: Sequence[str] = (),
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -315,6 +327,10 @@ def build_settings(
         capture_dir=capture_dir,
         capture_redact=redact,
         passthrough=passing,
+        ctx_size=number(ctx_size, "ctx_size", int, 0) or None,  # 0: the model's own
+        threads=number(threads, "threads", int, 1),
+        parallel=number(parallel, "parallel", int, 1),
+        llama_args=_arguments(llama_args or _env("LLAMA_ARGS") or data.get("llama_args", ())),
         max_upstream_event_bytes=_megabytes(
             max_upstream_event_mb
             if max_upstream_event_mb is not None
@@ -322,6 +338,15 @@ def build_settings(
             "max_upstream_event_mb",
         ),
     )
+
+
+def _arguments(value: Any) -> tuple[str, ...]:
+    """llama-server arguments: a list, or one string split as a shell would (``--flash-attn on -b 512``)."""
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(f"llama_args: expected a string or a list of strings, got {value!r}")
 
 
 def _megabytes(value: Any, name: str) -> int:
