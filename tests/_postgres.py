@@ -33,7 +33,7 @@ def find_bindir() -> Path | None:
     return Path(initdb).resolve().parent if initdb else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -64,7 +64,7 @@ class Cluster:
         data = self.root / "data"
         self._run(str(self.bindir / "initdb"), "-D", str(data), "-U", USER, "-A", "trust", "-E", "UTF8", "--no-sync")
         for _ in range(3):  # the free port may be taken between probing and binding
-            self.port = _free_port()
+            self.port = free_port()
             options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c full_page_writes=off"
             try:
                 self._run(

@@ -7,7 +7,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from oaishim.state import StateStore
+from oaishim.state import Record, StateStore
+
+SECRET = "sk-live-0123456789abcdef"
 
 
 class Clock:
@@ -37,3 +39,31 @@ class Backend:
                     await store.close()
 
         asyncio.run(main())
+
+
+def record(n: int = 1, *, tenant: str = "key-a", created_at: int = 1_700_000_000, text: str = "") -> Record:
+    prev = f"resp_{n - 1:04d}" if n > 1 else None
+    rid = f"resp_{n:04d}"
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": f"answer {n} {text}"}],
+    }
+    return Record(
+        id=rid,
+        tenant=tenant,
+        created_at=created_at,
+        model="tiny-model",
+        response={"id": rid, "object": "response", "created_at": created_at, "status": "completed", "output": [answer]},
+        input_items=[
+            {
+                "id": f"msg_{n}",
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": f"q{n} {text}"}],
+            }
+        ],
+        history=[{"role": "user", "content": f"q{i}"} for i in range(1, n + 1)]
+        + [{"role": "assistant", "content": f"answer {n}"}],
+        previous_response_id=prev,
+    )
