@@ -59,7 +59,12 @@ class Cluster:
     def start(self) -> Cluster:
         begun = time.monotonic()
         if os.geteuid() == 0:
-            entry = pwd.getpwnam("postgres")
+            try:
+                entry = pwd.getpwnam("postgres")
+            except KeyError:
+                raise RuntimeError(
+                    "initdb refuses root and there is no 'postgres' user (apt-get install postgresql)"
+                ) from None
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         data = self.root / "data"
         self._run(str(self.bindir / "initdb"), "-D", str(data), "-U", USER, "-A", "trust", "-E", "UTF8", "--no-sync")
