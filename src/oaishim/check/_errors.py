@@ -23,6 +23,7 @@ def is_error_body(body: Any) -> bool:
     ``null`` or the failure it reports) is not one."""
     return _wire_is_error_body(body) and not (isinstance(body, Mapping) and body.get("object") == "response")
 
+
 # The error types the official API uses, and the statuses each may come with.
 _TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
     "invalid_request_error": (400, 404, 405, 409, 413, 415, 422, 431),  # 405: a wrong method on a known URL

@@ -84,14 +84,12 @@ def _decode(n: int, event: SSEEvent, opts: CheckOptions, sink: Sink) -> dict[str
 
 
 def check_stream(events: Sequence[SSEEvent], opts: CheckOptions, sink: Sink) -> None:
-    decoded: list[tuple[int, dict[str, Any]]] = []
+    decoded: list[tuple[int, dict[str, Any] | None]] = []
     for n, event in enumerate(events):
         if is_done(event):
             sink.add("responses.done-sentinel", "$", "data: [DONE]; the Responses API never sends it", chunk=n)
             continue
-        data = _decode(n, event, opts, sink)
-        if data is not None:
-            decoded.append((n, data))
+        decoded.append((n, _decode(n, event, opts, sink)))
     segments = _segments(decoded)
     if len(segments) > 1:
         sink.add(
@@ -102,16 +100,22 @@ def check_stream(events: Sequence[SSEEvent], opts: CheckOptions, sink: Sink) -> 
     for segment in segments:
         rules = ResponsesStream(sink)
         for n, data in segment:
-            rules.feed(n, data)
+            if data is None:
+                rules.lost()
+            else:
+                rules.feed(n, data)
         rules.finish()
 
 
-def _segments(decoded: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
+Decoded = list[tuple[int, dict[str, Any] | None]]
+
+
+def _segments(decoded: Decoded) -> list[Decoded]:
     """Split where a ``response.created`` follows a terminal event: a recording of a multi-step run."""
-    segments: list[list[tuple[int, dict[str, Any]]]] = [[]]
+    segments: list[Decoded] = [[]]
     previous: Any = None
     for n, data in decoded:
-        kind = data.get("type")
+        kind = data.get("type") if data is not None else None
         if kind == "response.created" and previous in TERMINAL:
             segments.append([])
         segments[-1].append((n, data))

@@ -37,12 +37,16 @@ def check_item_ids(
     kind, item_id = item.get("type"), item.get("id")
     want = ITEM_PREFIXES.get(kind) if isinstance(kind, str) else None
     if want is not None and isinstance(item_id, str) and not item_id.startswith(want):
-        sink.add("responses.id-prefix", child(path, "id"), f"{kind} item id {item_id!r} lacks the {want} prefix", chunk=chunk)
+        sink.add(
+            "responses.id-prefix", child(path, "id"), f"{kind} item id {item_id!r} lacks the {want} prefix", chunk=chunk
+        )
     if kind != "function_call":
         return
     call_id = item.get("call_id")
     if not isinstance(call_id, str) or not call_id:
-        sink.add("responses.call-id", child(path, "call_id"), f"function call without a call_id ({call_id!r})", chunk=chunk)
+        sink.add(
+            "responses.call-id", child(path, "call_id"), f"function call without a call_id ({call_id!r})", chunk=chunk
+        )
         return
     if call_id == item_id:
         sink.add(
@@ -54,7 +58,9 @@ def check_item_ids(
     elif call_ids.get(call_id, item_id) != item_id:
         sink.add("responses.call-id", child(path, "call_id"), f"call_id {call_id!r} repeated", chunk=chunk)
     elif not call_id.startswith("call_"):
-        sink.add("responses.id-prefix", child(path, "call_id"), f"call_id {call_id!r} lacks the call_ prefix", chunk=chunk)
+        sink.add(
+            "responses.id-prefix", child(path, "call_id"), f"call_id {call_id!r} lacks the call_ prefix", chunk=chunk
+        )
     call_ids.setdefault(call_id, item_id if isinstance(item_id, str) else "")
 
 
@@ -131,7 +137,9 @@ def _usage(response: Mapping[str, Any], event: str | None, path: str, sink: Sink
     usage = response.get("usage")
     finished = event in TERMINAL or (event is None and response.get("status") in ("completed", "incomplete"))
     if event in OPENING and usage is not None:
-        sink.add("responses.usage", child(path, "usage"), f"usage sent in {event}; it is null until the end", chunk=chunk)
+        sink.add(
+            "responses.usage", child(path, "usage"), f"usage sent in {event}; it is null until the end", chunk=chunk
+        )
     elif finished and event != "response.failed" and not isinstance(usage, Mapping):
         sink.add(
             "responses.usage",

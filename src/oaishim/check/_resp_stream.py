@@ -40,7 +40,7 @@ _ITEM_DELTAS = {
     "response.mcp_call_arguments.delta": ("response.mcp_call_arguments.done", "arguments"),
     "response.code_interpreter_call_code.delta": ("response.code_interpreter_call_code.done", "code"),
 }
-_ITEM_DONES = {done: key for done, key in _ITEM_DELTAS.values()}
+_ITEM_DONES = dict(_ITEM_DELTAS.values())
 _PART_OPEN = {"response.content_part.added": "content", "response.reasoning_summary_part.added": "summary"}
 _PART_CLOSE = {"response.content_part.done": "content", "response.reasoning_summary_part.done": "summary"}
 _INDEX_KEY = {"content": "content_index", "summary": "summary_index"}
@@ -72,6 +72,7 @@ class Item:
     done: Mapping[str, Any] | None = None
     done_at: int | None = None
     overlap_reported: bool = False
+    id_changed: bool = False  # output_item.done carried another id (reported there)
 
 
 @dataclass(slots=True)
@@ -89,6 +90,13 @@ class ResponsesStream:
     pending_error: int | None = None  # an error event waiting for its response.failed
     orphaned: bool = False  # a delta was refused: joined texts cannot be compared any more
 
+    def lost(self) -> None:
+        """An event that could not be decoded (rule json): it took a sequence number, and what it said
+        is unknown, so joined texts and missing done events can no longer be judged."""
+        self.count += 1
+        self.next_seq += 1
+        self.orphaned = True
+
     def feed(self, n: int, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         position = self.count
@@ -97,7 +105,9 @@ class ResponsesStream:
         if self.pending_error is not None and kind != "response.failed":
             self._error_unfollowed()
         if self.terminal_at is not None:
-            self.sink.add("responses.terminal", "$", f"an event after the terminal event (chunk {self.terminal_at})", chunk=n)
+            self.sink.add(
+                "responses.terminal", "$", f"an event after the terminal event (chunk {self.terminal_at})", chunk=n
+            )
         if not isinstance(kind, str):
             return
         self._lifecycle(n, position, kind)
@@ -144,10 +154,9 @@ class ResponsesStream:
             self.sink.add("responses.lifecycle", "$.type", f"event {position} is {kind}, expected {want}", chunk=n)
         elif want is None and kind in ("response.created", "response.in_progress"):
             self.sink.add("responses.lifecycle", "$.type", f"{kind} again at event {position}", chunk=n)
-        if kind in TERMINAL:
-            if self.terminal_at is None:
-                self.terminal_at = n
-                self.pending_error = None
+        if kind in TERMINAL and self.terminal_at is None:
+            self.terminal_at = n
+            self.pending_error = None
 
     def _response(self, n: int, kind: str, response: Mapping[str, Any]) -> None:
         rid = response.get("id")
@@ -189,7 +198,9 @@ class ResponsesStream:
                 chunk=n,
             )
         item_id, kind = item_map.get("id"), item_map.get("type")
-        item = Item(len(self.items), item_id if isinstance(item_id, str) else None, kind if isinstance(kind, str) else None, n)
+        item = Item(
+            len(self.items), item_id if isinstance(item_id, str) else None, kind if isinstance(kind, str) else None, n
+        )
         self.items.append(item)
         if item.id is not None:
             if item.id in self.by_id:
@@ -205,7 +216,9 @@ class ResponsesStream:
         item_id = event.get("item_id")
         item = self.by_id.get(item_id) if isinstance(item_id, str) else None
         if item is None or item.done_at is not None:
-            state = "was never opened by output_item.added" if item is None else f"is already closed (chunk {item.done_at})"
+            state = (
+                "was never opened by output_item.added" if item is None else f"is already closed (chunk {item.done_at})"
+            )
             self.sink.add("responses.item-open", "$.item_id", f"item {item_id!r} {state}", chunk=n)
             self.orphaned = True
             return None
@@ -228,10 +241,14 @@ class ResponsesStream:
         parts = item.parts[container]
         for prev in parts.values():
             if prev.done_at is None and not prev.overlap_reported:
-                self.sink.add("responses.item-close", f"$.{key}", f"part {index} opens while part {prev.index} is open", chunk=n)
+                self.sink.add(
+                    "responses.item-close", f"$.{key}", f"part {index} opens while part {prev.index} is open", chunk=n
+                )
                 prev.overlap_reported = True
         if index != len(parts):
-            self.sink.add("responses.item-open", f"$.{key}", f"{key} {index} for the part at position {len(parts)}", chunk=n)
+            self.sink.add(
+                "responses.item-open", f"$.{key}", f"{key} {index} for the part at position {len(parts)}", chunk=n
+            )
         raw = event.get("part")
         kind = raw.get("type") if isinstance(raw, Mapping) else None
         parts.setdefault(index, Part(index, kind if isinstance(kind, str) else None, n))
@@ -280,13 +297,15 @@ class ResponsesStream:
         part.done_at = n
         raw = event.get("part")
         done_event, key = _PART_TEXT.get(part.type or "", (None, "text"))
-        if done_event is not None and part.text is None:
+        if done_event is not None and part.text is None and not self.orphaned:
             self.sink.add("responses.item-close", "$", f"part {part.index} closes without {done_event}", chunk=n)
         text = raw.get(key) if isinstance(raw, Mapping) else None
         if self.orphaned:
             return
         if isinstance(text, str) and text != (part.text if part.text is not None else "".join(part.deltas)):
-            self.sink.add("responses.done-text", f"$.part.{key}", "the closed part's text differs from its stream", chunk=n)
+            self.sink.add(
+                "responses.done-text", f"$.part.{key}", "the closed part's text differs from its stream", chunk=n
+            )
 
     def _item_done(self, n: int, event: Mapping[str, Any]) -> None:
         raw = event.get("item")
@@ -294,12 +313,15 @@ class ResponsesStream:
         index = event.get("output_index")
         item = self.items[index] if isinstance(index, int) and 0 <= index < len(self.items) else None
         if item is None:
-            self.sink.add("responses.item-open", "$.output_index", f"output_item.done for item {index}, never opened", chunk=n)
+            self.sink.add(
+                "responses.item-open", "$.output_index", f"output_item.done for item {index}, never opened", chunk=n
+            )
             return
         if item.done is not None or item.done_at is not None:
             self.sink.add("responses.item-open", "$.output_index", f"item {index} is already closed", chunk=n)
             return
         if item_map.get("id") != item.id:
+            item.id_changed = True
             self.sink.add(
                 "responses.id",
                 "$.item.id",
@@ -311,9 +333,16 @@ class ResponsesStream:
             for part in parts.values():
                 if part.done_at is None:
                     closer = "content_part.done" if container == "content" else "reasoning_summary_part.done"
-                    self.sink.add("responses.item-close", "$", f"item {index} closes before {closer} of part {part.index}", chunk=n)
-        if item.type == "function_call" and item.text is None:
-            self.sink.add("responses.item-close", "$", f"item {index} closes without function_call_arguments.done", chunk=n)
+                    self.sink.add(
+                        "responses.item-close",
+                        "$",
+                        f"item {index} closes before {closer} of part {part.index}",
+                        chunk=n,
+                    )
+        if item.type == "function_call" and item.text is None and not self.orphaned:
+            self.sink.add(
+                "responses.item-close", "$", f"item {index} closes without function_call_arguments.done", chunk=n
+            )
         check_item_ids(item_map, "$.item", self.sink, self.call_ids, chunk=n)
         self._done_content(n, item, item_map)
 
@@ -330,18 +359,27 @@ class ResponsesStream:
                 key = _PART_TEXT.get(part.type or "", (None, "text"))[1]
                 streamed = part.text if part.text is not None else "".join(part.deltas)
                 if entry.get(key) != streamed:
-                    self.sink.add("responses.done-text", f"$.item.{container}[{i}].{key}", "the item's text differs from its stream", chunk=n)
+                    self.sink.add(
+                        "responses.done-text",
+                        f"$.item.{container}[{i}].{key}",
+                        "the item's text differs from its stream",
+                        chunk=n,
+                    )
         for key in ("arguments", "input", "code"):
             value = item_map.get(key)
             if isinstance(value, str) and (item.text is not None or item.deltas):
                 streamed = item.text if item.text is not None else "".join(item.deltas)
                 if value != streamed:
-                    self.sink.add("responses.done-text", f"$.item.{key}", f"the item's {key} differs from its stream", chunk=n)
+                    self.sink.add(
+                        "responses.done-text", f"$.item.{key}", f"the item's {key} differs from its stream", chunk=n
+                    )
 
     def _final_output(self, n: int, output: Any) -> None:
         for item in self.items:
             if item.done is None:
-                self.sink.add("responses.item-close", "$", f"item {item.index} ({item.id}) never got output_item.done", chunk=n)
+                self.sink.add(
+                    "responses.item-close", "$", f"item {item.index} ({item.id}) never got output_item.done", chunk=n
+                )
         if not isinstance(output, list):
             return
         if len(output) != len(self.items):
@@ -353,7 +391,7 @@ class ResponsesStream:
             )
         for i, (final, item) in enumerate(zip(output, self.items, strict=False)):
             streamed = item.done
-            if not isinstance(final, Mapping) or streamed is None:
+            if not isinstance(final, Mapping) or streamed is None or item.id_changed:
                 continue
             keys = sorted(k for k in (final.keys() | streamed.keys()) - _UNCOMPARED if final.get(k) != streamed.get(k))
             if keys:
@@ -369,4 +407,6 @@ class ResponsesStream:
             self._error_unfollowed()
             return  # the error ended the stream: the missing terminal event is that finding's doing
         if self.terminal_at is None:
-            self.sink.add("responses.terminal", "$", "the stream ends without response.completed, .incomplete or .failed")
+            self.sink.add(
+                "responses.terminal", "$", "the stream ends without response.completed, .incomplete or .failed"
+            )

@@ -176,9 +176,7 @@ def report_unknown(
     base: str = "$",
     extensions_as_notes: bool = False,
 ) -> None:
-    report_unknown_def(
-        root_name(kind), instance, sink, chunk=chunk, base=base, extensions_as_notes=extensions_as_notes
-    )
+    report_unknown_def(root_name(kind), instance, sink, chunk=chunk, base=base, extensions_as_notes=extensions_as_notes)
 
 
 def report_unknown_def(
