@@ -17,62 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.check._findings import Sink
+from oaishim.check._resp_items import (
+    INDEX_KEY,
+    ITEM_DELTAS,
+    ITEM_DONES,
+    PART_CLOSE,
+    PART_DELTAS,
+    PART_DONES,
+    PART_OPEN,
+    PART_TEXT,
+    Item,
+    Part,
+    done_content,
+    final_output,
+)
 from oaishim.check._resp_objects import TERMINAL, check_item_ids, check_response
-
-# delta type -> (container, its done type, the done event's text key)
-_PART_DELTAS = {
-    "response.output_text.delta": ("content", "response.output_text.done", "text"),
-    "response.refusal.delta": ("content", "response.refusal.done", "refusal"),
-    "response.reasoning_text.delta": ("content", "response.reasoning_text.done", "text"),
-    "response.reasoning_summary_text.delta": ("summary", "response.reasoning_summary_text.done", "text"),
-}
-_PART_DONES = {done: (container, key) for container, done, key in _PART_DELTAS.values()}
-# the done event each part type must have before its part closes, and the part's text key
-_PART_TEXT = {
-    "output_text": ("response.output_text.done", "text"),
-    "refusal": ("response.refusal.done", "refusal"),
-    "reasoning_text": ("response.reasoning_text.done", "text"),
-    "summary_text": ("response.reasoning_summary_text.done", "text"),
-}
-_ITEM_DELTAS = {
-    "response.function_call_arguments.delta": ("response.function_call_arguments.done", "arguments"),
-    "response.custom_tool_call_input.delta": ("response.custom_tool_call_input.done", "input"),
-    "response.mcp_call_arguments.delta": ("response.mcp_call_arguments.done", "arguments"),
-    "response.code_interpreter_call_code.delta": ("response.code_interpreter_call_code.done", "code"),
-}
-_ITEM_DONES = dict(_ITEM_DELTAS.values())
-_PART_OPEN = {"response.content_part.added": "content", "response.reasoning_summary_part.added": "summary"}
-_PART_CLOSE = {"response.content_part.done": "content", "response.reasoning_summary_part.done": "summary"}
-_INDEX_KEY = {"content": "content_index", "summary": "summary_index"}
-# A streamed item compared with its copy in the terminal event's output, except these keys: the real
-# API re-encrypts reasoning for the final object (reasoning-summary-then-function-call.sse).
-_UNCOMPARED = frozenset({"encrypted_content"})
-
-
-@dataclass(slots=True)
-class Part:
-    index: int
-    type: str | None
-    opened_at: int
-    deltas: list[str] = field(default_factory=list)
-    text: str | None = None  # from its *.done event
-    done_at: int | None = None
-    overlap_reported: bool = False
-
-
-@dataclass(slots=True)
-class Item:
-    index: int
-    id: str | None
-    type: str | None
-    opened_at: int
-    parts: dict[str, dict[int, Part]] = field(default_factory=lambda: {"content": {}, "summary": {}})
-    deltas: list[str] = field(default_factory=list)  # function-call arguments, custom-tool input, …
-    text: str | None = None  # from the item's own *.done (arguments, input)
-    done: Mapping[str, Any] | None = None
-    done_at: int | None = None
-    overlap_reported: bool = False
-    id_changed: bool = False  # output_item.done carried another id (reported there)
 
 
 @dataclass(slots=True)
@@ -120,16 +79,16 @@ class ResponsesStream:
             self._item_added(n, event)
         elif kind == "response.output_item.done":
             self._item_done(n, event)
-        elif kind in _PART_OPEN:
-            self._part_added(n, _PART_OPEN[kind], event)
-        elif kind in _PART_CLOSE:
-            self._part_done(n, _PART_CLOSE[kind], event)
-        elif kind in _PART_DELTAS or kind in _PART_DONES:
-            container = _PART_DELTAS[kind][0] if kind in _PART_DELTAS else _PART_DONES[kind][0]
+        elif kind in PART_OPEN:
+            self._part_added(n, PART_OPEN[kind], event)
+        elif kind in PART_CLOSE:
+            self._part_done(n, PART_CLOSE[kind], event)
+        elif kind in PART_DELTAS or kind in PART_DONES:
+            container = PART_DELTAS[kind][0] if kind in PART_DELTAS else PART_DONES[kind][0]
             part = self._part(n, container, event)
             if part is not None:
                 self._text(n, kind, part, event)
-        elif kind in _ITEM_DELTAS or kind in _ITEM_DONES:
+        elif kind in ITEM_DELTAS or kind in ITEM_DONES:
             item = self._item(n, event)
             if item is not None:
                 self._text(n, kind, item, event)
@@ -171,7 +130,7 @@ class ResponsesStream:
             )
         check_response(response, "$.response", self.sink, event=kind, chunk=n, check_items=False)
         if kind in TERMINAL:
-            self._final_output(n, response.get("output"))
+            final_output(n, self.items, response.get("output"), self.sink)
 
     def _error_unfollowed(self) -> None:
         n, self.pending_error = self.pending_error, None
@@ -234,7 +193,7 @@ class ResponsesStream:
 
     def _part_added(self, n: int, container: str, event: Mapping[str, Any]) -> None:
         item = self._item(n, event)
-        key = _INDEX_KEY[container]
+        key = INDEX_KEY[container]
         index = event.get(key)
         if item is None or not isinstance(index, int):
             return
@@ -255,7 +214,7 @@ class ResponsesStream:
 
     def _part(self, n: int, container: str, event: Mapping[str, Any]) -> Part | None:
         item = self._item(n, event)
-        key = _INDEX_KEY[container]
+        key = INDEX_KEY[container]
         index = event.get(key)
         if item is None or not isinstance(index, int):
             return None
@@ -275,7 +234,7 @@ class ResponsesStream:
             if isinstance(delta, str):
                 target.deltas.append(delta)
             return
-        key = _PART_DONES[kind][1] if kind in _PART_DONES else _ITEM_DONES[kind]
+        key = PART_DONES[kind][1] if kind in PART_DONES else ITEM_DONES[kind]
         text = event.get(key)
         if target.text is not None:
             self.sink.add("responses.item-close", "$.type", f"{kind} sent twice", chunk=n)
@@ -296,7 +255,7 @@ class ResponsesStream:
             return
         part.done_at = n
         raw = event.get("part")
-        done_event, key = _PART_TEXT.get(part.type or "", (None, "text"))
+        done_event, key = PART_TEXT.get(part.type or "", (None, "text"))
         if done_event is not None and part.text is None and not self.orphaned:
             self.sink.add("responses.item-close", "$", f"part {part.index} closes without {done_event}", chunk=n)
         text = raw.get(key) if isinstance(raw, Mapping) else None
@@ -344,63 +303,8 @@ class ResponsesStream:
                 "responses.item-close", "$", f"item {index} closes without function_call_arguments.done", chunk=n
             )
         check_item_ids(item_map, "$.item", self.sink, self.call_ids, chunk=n)
-        self._done_content(n, item, item_map)
-
-    def _done_content(self, n: int, item: Item, item_map: Mapping[str, Any]) -> None:
-        if self.orphaned:
-            return
-        for container, listed in (("content", item_map.get("content")), ("summary", item_map.get("summary"))):
-            if not isinstance(listed, list):
-                continue
-            for i, entry in enumerate(listed):
-                part = item.parts[container].get(i)
-                if part is None or not isinstance(entry, Mapping):
-                    continue
-                key = _PART_TEXT.get(part.type or "", (None, "text"))[1]
-                streamed = part.text if part.text is not None else "".join(part.deltas)
-                if entry.get(key) != streamed:
-                    self.sink.add(
-                        "responses.done-text",
-                        f"$.item.{container}[{i}].{key}",
-                        "the item's text differs from its stream",
-                        chunk=n,
-                    )
-        for key in ("arguments", "input", "code"):
-            value = item_map.get(key)
-            if isinstance(value, str) and (item.text is not None or item.deltas):
-                streamed = item.text if item.text is not None else "".join(item.deltas)
-                if value != streamed:
-                    self.sink.add(
-                        "responses.done-text", f"$.item.{key}", f"the item's {key} differs from its stream", chunk=n
-                    )
-
-    def _final_output(self, n: int, output: Any) -> None:
-        for item in self.items:
-            if item.done is None:
-                self.sink.add(
-                    "responses.item-close", "$", f"item {item.index} ({item.id}) never got output_item.done", chunk=n
-                )
-        if not isinstance(output, list):
-            return
-        if len(output) != len(self.items):
-            self.sink.add(
-                "responses.output-mismatch",
-                "$.response.output",
-                f"{len(output)} item(s) in the final output, {len(self.items)} streamed",
-                chunk=n,
-            )
-        for i, (final, item) in enumerate(zip(output, self.items, strict=False)):
-            streamed = item.done
-            if not isinstance(final, Mapping) or streamed is None or item.id_changed:
-                continue
-            keys = sorted(k for k in (final.keys() | streamed.keys()) - _UNCOMPARED if final.get(k) != streamed.get(k))
-            if keys:
-                self.sink.add(
-                    "responses.output-mismatch",
-                    f"$.response.output[{i}]",
-                    f"differs from its output_item.done in {', '.join(keys)}",
-                    chunk=n,
-                )
+        if not self.orphaned:
+            done_content(n, item, item_map, self.sink)
 
     def finish(self) -> None:
         if self.pending_error is not None:
