@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from _live import LIVE_FILES, live_chunks, to_sse
+from _live import LIVE_FILES, RESPONSES, RESPONSES_REAL, live_chunks, to_sse
 
 from oaishim.cli import main
 
@@ -68,3 +68,11 @@ def test_a_stream_of_json_that_is_not_chunks_is_reported_not_crashed_on(tmp_path
     body = tmp_path / "odd.sse"
     body.write_bytes(b'data: {"hello": "world"}\n\ndata: [DONE]\n\n')
     assert main(["check", str(body)]) == 1  # schema findings, and no ValueError from accumulating nothing
+
+
+def test_responses_recordings_are_recognised_and_the_real_ones_have_no_errors() -> None:
+    proc = subprocess.run([*OAISHIM, "check", *map(str, RESPONSES_REAL)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": 0 error(s), ") == len(RESPONSES_REAL)
+    other = RESPONSES / "lmstudio-reasoning-text-then-function-call.sse"
+    assert main(["check", str(other)]) == 1  # another server: unknown fields, arguments never streamed

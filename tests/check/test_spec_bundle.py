@@ -82,3 +82,19 @@ def test_unknown_keys_follow_the_matching_union_branch() -> None:
 def test_open_maps_allow_any_key() -> None:
     assert "Metadata" in defs()
     assert list(unknown_keys([{"$ref": "#/$defs/Metadata"}], {"anything": "x"}, "$")) == []
+
+
+def test_recursive_refs_become_plain_refs_to_their_own_schema() -> None:
+    node = {"$recursiveAnchor": True, "type": "object", "properties": {"f": {"items": {"$recursiveRef": "#"}}}}
+    assert specgen._recursive_refs(node, "Filter") == {
+        "type": "object",
+        "properties": {"f": {"items": {"$ref": "#/$defs/Filter"}}},
+    }
+
+
+def test_each_responses_event_type_has_its_own_schema_in_the_bundle() -> None:
+    from oaishim.check._schema import event_root
+
+    assert event_root("response.output_text.delta") == "ResponseTextDeltaEvent"
+    assert event_root("response.completed") == "ResponseCompletedEvent"
+    assert event_root("response.made_up") is None

@@ -2,7 +2,8 @@
 
 Order of work for a stream: framing (event:/id: fields, [DONE]), then each chunk (JSON, schema,
 unknown keys, stream order, logprobs), then the accumulated result as a client would hold it
-(message rules, request-aware rules, end of turn). A plain body goes straight to the last two.
+(message rules, request-aware rules, end of turn). A plain body goes straight to the last two. A Responses API exchange (``/v1/responses``) has a
+grammar of its own: see ``_resp_check``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from oaishim.check import _eot, _errors, _logprobs, _message, _request, _schema
+from oaishim.check import _eot, _errors, _logprobs, _message, _request, _resp_check, _schema
 from oaishim.check._findings import Sink, jpath
 from oaishim.check._model import CheckOptions, Endpoint, Exchange, Finding
 from oaishim.check._stream import StreamRules, check_id_prefix
@@ -25,15 +26,18 @@ _KINDS: dict[Endpoint, tuple[str, str]] = {
     "embeddings": ("embeddings", "embeddings"),
     "models": ("models", "models"),
     "error": ("error", "error"),
+    "responses": ("response", "response.event"),
 }
 
 
-def infer_endpoint(request: Mapping[str, Any] | None, sample: Any) -> Endpoint:
-    """Which endpoint an exchange belongs to, from the response's ``object`` or else the request."""
+def infer_endpoint(request: Mapping[str, Any] | None, sample: Any, path: str | None = None) -> Endpoint:
+    """Which endpoint an exchange belongs to, from the response's ``object``, else the path or the request."""
     if _errors.is_error_body(sample):
         return "error"
     if isinstance(sample, Mapping):
         obj = sample.get("object")
+        if obj == "response":
+            return "responses"
         if isinstance(obj, str) and obj.startswith("chat.completion"):
             return "chat"
         if obj == "text_completion":
@@ -44,6 +48,8 @@ def infer_endpoint(request: Mapping[str, Any] | None, sample: Any) -> Endpoint:
             if isinstance(first, Mapping) and first.get("object") == "embedding":
                 return "embeddings"
             return "models"
+    if _resp_check.is_responses_path(path) or _resp_check.is_responses_request(request):
+        return "responses"
     if request is not None:
         if "messages" in request:
             return "chat"
@@ -77,14 +83,17 @@ def _check_body(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
         if ex.status is not None and ex.status >= 400:
             sink.add("error.shape", "$", "an error answered with a non-JSON body")
         return
-    endpoint = ex.endpoint or infer_endpoint(ex.request, body)
+    endpoint = ex.endpoint or infer_endpoint(ex.request, body, ex.path)
     if endpoint == "error" or (ex.status or 0) >= 400 or _errors.is_error_body(body):
         _errors.check_error_body(body, ex.status, sink)
         if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
             _validate("error", body, opts, sink)
         return
-    if ex.request is not None and ex.request.get("stream") is True and endpoint in ("chat", "completions"):
+    if ex.request is not None and ex.request.get("stream") is True and endpoint in ("chat", "completions", "responses"):
         sink.add("request.stream", "$", "the request asked for a stream; a plain body came back")
+    if endpoint == "responses":
+        _resp_check.check_body(body, opts, sink)
+        return
     kind = _KINDS[endpoint][0]
     _validate(kind, body, opts, sink)
     if not isinstance(body, Mapping) or endpoint not in ("chat", "completions"):
@@ -142,6 +151,14 @@ def _include_usage(request: Mapping[str, Any] | None) -> bool | None:
     return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
+def _is_responses(ex: Exchange, events: list[SSEEvent]) -> bool:
+    if ex.endpoint is not None:
+        return ex.endpoint == "responses"
+    if _resp_check.is_responses_path(ex.path) or _resp_check.is_responses_stream(events):
+        return True
+    return ex.request is not None and "input" in ex.request  # embeddings never stream
+
+
 def _check_stream(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
     events = list(ex.events or ())
     content_type = ex.headers.get("content-type") or ex.headers.get("Content-Type")
@@ -155,6 +172,9 @@ def _check_stream(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
         )
     if ex.incomplete_tail:
         sink.add("stream.framing", "$", "the stream ends in the middle of an event (no closing blank line)")
+    if _is_responses(ex, events):
+        _resp_check.check_stream(events, opts, sink)
+        return
     done_at = next((n for n, e in enumerate(events) if is_done(e)), None)
     if done_at is None:
         if not _ends_with_error(events):
@@ -186,7 +206,7 @@ def _check_stream(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
         chunks.append((n, data))
     if not chunks:
         return
-    endpoint = ex.endpoint or infer_endpoint(ex.request, chunks[0][1])
+    endpoint = ex.endpoint or infer_endpoint(ex.request, chunks[0][1], ex.path)
     chat = endpoint != "completions"
     kind = _KINDS["chat" if chat else "completions"][1]
     rules = StreamRules(sink, chat, _include_usage(ex.request))

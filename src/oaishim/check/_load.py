@@ -27,6 +27,7 @@ def exchange_from_bytes(
     request: Mapping[str, Any] | None = None,
     status: int | None = None,
     headers: Mapping[str, str] | None = None,
+    path: str | None = None,
 ) -> Exchange:
     """Decode a raw body: SSE when the content type or the bytes say so, else JSON (or text)."""
     hdrs = {k.lower(): v for k, v in (headers or {}).items()}
@@ -40,9 +41,10 @@ def exchange_from_bytes(
             events=events,
             incomplete_tail=decoder.incomplete_tail,
             unknown_fields=decoder.unknown_fields,
+            path=path,
         )
     try:
         body: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = raw.decode("utf-8", "replace")
-    return Exchange(request, status, hdrs, body=body)
+    return Exchange(request, status, hdrs, body=body, path=path)

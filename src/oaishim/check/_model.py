@@ -9,7 +9,7 @@ from typing import Any, Literal
 from oaishim.check._rules import Severity
 from oaishim.wire.sse import SSEEvent
 
-Endpoint = Literal["chat", "completions", "embeddings", "models", "error"]
+Endpoint = Literal["chat", "completions", "embeddings", "models", "error", "responses"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class Exchange:
     Exactly one of ``body`` (the decoded JSON of a plain response, or its raw text when it is not
     JSON) and ``events`` (a stream, as decoded SSE events) is set. ``request`` is the JSON request body, or ``None`` when it
     is unknown, in which case request-aware rules are skipped; ``status`` is None when unknown. ``endpoint`` is inferred from the
-    request and the response when not given.
+    request and the response when not given; ``path`` (the request's URL path, when known) helps.
     """
 
     request: Mapping[str, Any] | None = None
@@ -54,6 +54,7 @@ class Exchange:
     endpoint: Endpoint | None = None
     incomplete_tail: bool = False
     unknown_fields: Sequence[tuple[str, str]] = ()  # SSE lines with a field other than data/event/id/retry
+    path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

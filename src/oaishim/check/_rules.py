@@ -63,6 +63,24 @@ RULES: Final[dict[str, tuple[Severity, str]]] = {
     "eot.split-token": ("error", "a special token cut across two chunks"),
     "eot.stripped": ("error", "special tokens asked to be kept were removed or damaged"),
     "eot.truncated": ("error", "a stream ended with finish_reason stop but its text ends mid-tag"),
+    # g. the Responses API (/v1/responses)
+    "responses.framing": ("error", "an event without its event: line, or one that names another type than its data"),
+    "responses.done-sentinel": ("error", "data: [DONE] in a Responses stream (the API never sends it)"),
+    "responses.sequence": ("error", "sequence_number does not start at 0 and rise by exactly 1"),
+    "responses.lifecycle": ("error", "the stream does not open with response.created then response.in_progress"),
+    "responses.terminal": ("error", "not exactly one terminal event (completed/incomplete/failed), or not last"),
+    "responses.concatenated": ("warning", "several complete responses back to back in one body"),
+    "responses.item-open": ("error", "an event names an item or part that is not open (or not at its index)"),
+    "responses.item-close": ("error", "an item or part not closed by its done events before the next opens or the end"),
+    "responses.output-index": ("error", "output_index is not the item's position in the output"),
+    "responses.done-text": ("error", "a done event's text or arguments differ from the deltas joined"),
+    "responses.id": ("error", "the response or item id changes between the events that carry it"),
+    "responses.output-mismatch": ("error", "the terminal event's output differs from the output_item.done items"),
+    "responses.id-prefix": ("warning", "an id without the official prefix (resp_, msg_, rs_, fc_, call_)"),
+    "responses.call-id": ("error", "a function call's call_id missing, equal to its item id, or repeated"),
+    "responses.usage": ("error", "usage sent before the terminal event, or missing from a finished response"),
+    "responses.status": ("error", "a status that does not fit its event, error or incomplete_details"),
+    "responses.error-event": ("error", "an error event not followed by response.failed"),
 }
 
 GENERIC_RULES: Final = frozenset({"schema", "unknown-field"})

@@ -52,14 +52,25 @@ def root_name(kind: str) -> str:
     return name
 
 
+def event_root(event_type: str) -> str | None:
+    """The schema of one Responses stream event type, or None for a type the API does not have."""
+    name: str | None = _bundle()["events"].get(event_type)
+    return name
+
+
 @cache
-def _validator(kind: str) -> Any:
-    schema = {"$ref": "#/$defs/" + root_name(kind), "$defs": defs()}
+def _validator(name: str) -> Any:
+    schema = {"$ref": "#/$defs/" + name, "$defs": defs()}
     return jsonschema_rs.Draft202012Validator(schema)
 
 
 def validate(kind: str, instance: Any, sink: Sink, *, chunk: int | None = None, base: str = "$") -> None:
-    for error in _validator(kind).iter_errors(instance):
+    validate_def(root_name(kind), instance, sink, chunk=chunk, base=base)
+
+
+def validate_def(name: str, instance: Any, sink: Sink, *, chunk: int | None = None, base: str = "$") -> None:
+    """Validate against one named schema of the bundle (a root, or a Responses event's own schema)."""
+    for error in _validator(name).iter_errors(instance):
         path = base
         for part in error.instance_path:
             path = child(path, part)
@@ -165,7 +176,19 @@ def report_unknown(
     base: str = "$",
     extensions_as_notes: bool = False,
 ) -> None:
-    for path, key in unknown_keys([{"$ref": "#/$defs/" + root_name(kind)}], instance, base):
+    report_unknown_def(root_name(kind), instance, sink, chunk=chunk, base=base, extensions_as_notes=extensions_as_notes)
+
+
+def report_unknown_def(
+    name: str,
+    instance: Any,
+    sink: Sink,
+    *,
+    chunk: int | None = None,
+    base: str = "$",
+    extensions_as_notes: bool = False,
+) -> None:
+    for path, key in unknown_keys([{"$ref": "#/$defs/" + name}], instance, base):
         note = extensions_as_notes and key in VENDOR_EXTENSIONS
         sink.add(
             "unknown-field",

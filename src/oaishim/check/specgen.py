@@ -14,22 +14,45 @@ and those they reference, already fixed up for a JSON Schema 2020-12 validator:
    ``CreateCompletionStreamResponse`` whose ``finish_reason`` is nullable.
 3. With ``echo: true`` the first prompt token has no logprob, sent as ``null`` (§4): the legacy
    ``token_logprobs`` and ``top_logprobs`` items are made nullable.
-4. Annotations that only make the file large (descriptions, examples, ``x-*`` vendor keys) are
+4. Responses API (``Response``, ``ResponseStreamEvent`` and what they reference). What the spec gets
+   wrong, each fix named with the recording of the real API that needs it (the checker's test fixtures
+   ``openai-live-responses/``), in :func:`_responses_overrides`:
+
+   a. ``user`` is sent as ``null`` (``text.sse``, ``text.json`` and every other recording).
+   b. ``usage`` is ``null`` until the terminal event (``response.created``/``in_progress`` of every stream).
+   c. ``usage.input_tokens_details.cache_write_tokens`` is required by the spec but sent by none
+      (``response.completed`` of every stream, ``text.json``).
+   d. ``store`` is echoed on every response object; ``billing: {payer}`` on OpenAI's own
+      (``reasoning-summary-then-text.json``); ``content_filters`` on Azure OpenAI's, the same service
+      (``text.sse``, ``text.json``, ``reasoning-summary-text.sse``). The spec defines none of them.
+   e. ``response.error.code`` takes codes the enum lacks (``insufficient_quota`` in
+      ``error-insufficient-quota.sse``): any string.
+   f. The ``error`` event nests ``{type, code, message, param}`` under ``error``
+      (``error-insufficient-quota.sse``); the spec has them flat. Both shapes are accepted.
+   g. ``function_call_arguments.done`` omits ``name`` (``reasoning-summary-then-function-call.sse``).
+   h. Delta events carry an optional ``obfuscation`` string (``text.sse``, ``reasoning-summary-text.sse``),
+      which ``stream_options.include_obfuscation`` documents only in prose.
+   i. ``CompoundFilter`` nests itself with draft 2019-09's ``$recursiveRef``, which 2020-12
+      validators refuse: it becomes a plain ``$ref`` (:func:`_recursive_refs`).
+
+   The bundle also maps each event ``type`` to its schema (``events``), so an event is validated
+   against its own schema, not the 58-way union.
+5. Annotations that only make the file large (descriptions, examples, ``x-*`` vendor keys) are
    removed; ``discriminator`` is annotation-only in 2020-12 and removed too.
 
 It also writes the gateway's request bundle (``transform/validate/request_schemas.json``): the three
 request schemas the gateway validates against, with fix-ups of their own (:func:`_request_overrides`):
 
-5. Every optional property also accepts ``null``, which means "the default". Clients send it (the
+6. Every optional property also accepts ``null``, which means "the default". Clients send it (the
    SDKs' ``None``); the spec marks most, not all, optional fields nullable, and intersects some
    (``top_logprobs`` is nullable in one ``allOf`` part and not in the other, §0.3).
-6. The roots allow unknown keys (``CreateEmbeddingRequest`` says ``additionalProperties: false``):
+7. The roots allow unknown keys (``CreateEmbeddingRequest`` says ``additionalProperties: false``):
    fields the official API does not define are the backends' extensions.
-7. What the spec says only in prose or ``format``: int64 bounds (``seed``; the spec's own bounds are
+8. What the spec says only in prose or ``format``: int64 bounds (``seed``; the spec's own bounds are
    floats rounded past int64) and function names (``^[a-zA-Z0-9_-]+$``, at most 64 characters).
-8. ``stream_options`` takes only its documented keys, plus vLLM's documented
+9. ``stream_options`` takes only its documented keys, plus vLLM's documented
    ``continuous_usage_stats`` (a boolean), the one extension clients send inside it.
-9. History tool calls may omit ``type`` and send ``arguments`` as an object: clients written against
+10. History tool calls may omit ``type`` and send ``arguments`` as an object: clients written against
    lenient backends do, and the gateway's request rewrite repairs both before any backend sees them.
 """
 
@@ -52,6 +75,8 @@ ROOTS = {
     "models": "ListModelsResponse",
     "model": "Model",
     "error": "ErrorResponse",
+    "response": "Response",
+    "response.event": "ResponseStreamEvent",
 }
 REQUEST_ROOTS = {
     "chat": "CreateChatCompletionRequest",
@@ -103,6 +128,19 @@ def _make_nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+def _recursive_refs(node: Any, name: str) -> Any:
+    """Fix 4i: draft 2019-09's ``$recursiveRef: "#"`` (2020-12 validators reject it) becomes a ``$ref``
+    to the schema it sits in, and ``$recursiveAnchor`` goes (``CompoundFilter`` nests itself)."""
+    if isinstance(node, list):
+        return [_recursive_refs(v, name) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _recursive_refs(v, name) for k, v in node.items() if k != "$recursiveAnchor"}
+    if out.pop("$recursiveRef", None) == "#":
+        out["$ref"] = "#/$defs/" + name
+    return out
+
+
 def _refs(node: Any, found: set[str]) -> None:
     if isinstance(node, dict):
         ref = node.get("$ref")
@@ -127,6 +165,56 @@ def _legacy_overrides(defs: dict[str, Any]) -> None:
     defs["CreateCompletionStreamResponse"] = stream
 
 
+def _responses_overrides(defs: dict[str, Any]) -> None:
+    """Fixes 4a-h (see the module docstring for the recording behind each)."""
+    model_props = defs["ModelResponseProperties"]["properties"]
+    model_props["user"] = _make_nullable(model_props["user"])  # a
+    own = next(part for part in defs["Response"]["allOf"] if "usage" in part.get("properties", {}))["properties"]
+    own["usage"] = _make_nullable(own["usage"])  # b
+    details = defs["ResponseUsage"]["properties"]["input_tokens_details"]
+    details["required"] = [key for key in details["required"] if key != "cache_write_tokens"]  # c
+    own["store"] = {"type": "boolean"}  # d
+    own["billing"] = {"type": "object", "properties": {"payer": {"type": "string"}}, "required": ["payer"]}
+    own["content_filters"] = {"type": ["array", "null"], "items": {"type": "object", "additionalProperties": True}}
+    error = next(b for b in defs["ResponseError"]["anyOf"] if b.get("type") == "object")
+    error["properties"]["code"] = {"type": "string"}  # e
+    flat = defs["ResponseErrorEvent"]
+    nested = {
+        "type": "object",
+        "properties": {
+            "type": flat["properties"]["type"],
+            "sequence_number": flat["properties"]["sequence_number"],
+            "error": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string"},
+                    **{key: flat["properties"][key] for key in ("code", "message", "param")},
+                },
+                "required": ["type", "code", "message", "param"],
+            },
+        },
+        "required": ["type", "sequence_number", "error"],
+    }
+    defs["ResponseErrorEvent"] = {"anyOf": [flat, nested]}  # f
+    done = defs["ResponseFunctionCallArgumentsDoneEvent"]
+    done["required"] = [key for key in done["required"] if key != "name"]  # g
+    for name in _event_types(defs).values():
+        props = defs[name].get("properties", {})
+        if "delta" in props:
+            props["obfuscation"] = {"type": "string"}  # h
+
+
+def _event_types(defs: dict[str, Any]) -> dict[str, str]:
+    """Event ``type`` -> the name of its schema, from the branches of ``ResponseStreamEvent``."""
+    out: dict[str, str] = {}
+    for branch in defs["ResponseStreamEvent"]["anyOf"]:
+        name = branch["$ref"].removeprefix("#/$defs/")
+        schema = defs[name]
+        parts = schema.get("anyOf") or [schema]
+        out[parts[0]["properties"]["type"]["enum"][0]] = name
+    return dict(sorted(out.items()))
+
+
 def _collect(schemas: dict[str, Any], roots: list[str], prepare: Any = None) -> dict[str, Any]:
     """The named schemas and every schema they reference, cleaned."""
     defs: dict[str, Any] = {}
@@ -136,7 +224,7 @@ def _collect(schemas: dict[str, Any], roots: list[str], prepare: Any = None) -> 
         if name in defs:
             continue
         raw = schemas[name] if prepare is None else prepare(schemas[name])
-        defs[name] = _clean(raw)
+        defs[name] = _recursive_refs(_clean(raw), name)
         found: set[str] = set()
         _refs(defs[name], found)
         todo.extend(sorted(found - defs.keys()))
@@ -150,11 +238,17 @@ def _source(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, str]:
 def build(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, Any]:
     defs = _collect(spec["components"]["schemas"], list(ROOTS.values()))
     _legacy_overrides(defs)
-    return {"source": _source(spec, spec_bytes), "roots": ROOTS, "$defs": dict(sorted(defs.items()))}
+    _responses_overrides(defs)
+    return {
+        "source": _source(spec, spec_bytes),
+        "roots": ROOTS,
+        "events": _event_types(defs),
+        "$defs": dict(sorted(defs.items())),
+    }
 
 
 def _int64_bounds(node: Any) -> Any:
-    """A copy of ``node`` where each int64 integer schema carries exact int64 bounds (fix 7)."""
+    """A copy of ``node`` where each int64 integer schema carries exact int64 bounds (fix 8)."""
     if isinstance(node, list):
         return [_int64_bounds(v) for v in node]
     if not isinstance(node, dict):
@@ -175,7 +269,7 @@ def _accepts_null(schema: dict[str, Any]) -> bool:
 
 
 def _optional_nullable(node: Any) -> None:
-    """Fix 5, in place: every property an object schema does not require also accepts null."""
+    """Fix 6, in place: every property an object schema does not require also accepts null."""
     if isinstance(node, list):
         for value in node:
             _optional_nullable(value)
@@ -194,7 +288,7 @@ def _optional_nullable(node: Any) -> None:
 
 def _request_overrides(defs: dict[str, Any]) -> None:
     for root in REQUEST_ROOTS.values():
-        defs[root].pop("additionalProperties", None)  # fix 6
+        defs[root].pop("additionalProperties", None)  # fix 7
     name = defs["FunctionObject"]["properties"]["name"]
     name.update({"pattern": "^[a-zA-Z0-9_-]+$", "maxLength": 64})
     options = next(b for b in defs["ChatCompletionStreamOptions"]["anyOf"] if b.get("type") == "object")
