@@ -122,11 +122,14 @@ def responses_usage(chat_usage: Any) -> dict[str, Any] | None:
     total = chat_usage.get("total_tokens")
     prompt_details = chat_usage.get("prompt_tokens_details")
     completion_details = chat_usage.get("completion_tokens_details")
-    cached = _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else 0
+    prompt_details = prompt_details if isinstance(prompt_details, Mapping) else {}
+    cached = _int(prompt_details.get("cached_tokens"))
+    # the current spec requires cache writes; a chat backend that counts none wrote none to report
+    written = _int(prompt_details.get("cache_write_tokens"))
     reasoning = _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": _int(total) if isinstance(total, int) else prompt + completion,
