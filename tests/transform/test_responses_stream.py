@@ -13,12 +13,12 @@ from typing import Any
 
 import orjson
 import pytest
-from _props import examples
 from _responses_grammar import check_stream, parse_frames, sdk_read
 from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.responses import Response
 
+from _props import examples
 from oaishim.transform.responses import ResponsesStreamEncoder, chat_to_response, responses_to_chat
 from oaishim.wire.errors import OpenAIError
 
@@ -302,7 +302,7 @@ def test_failure_codes(error: OpenAIError, code: str) -> None:
 
 def test_upstream_that_ends_without_a_finish_fails() -> None:
     chunks = [c for c in chat_stream("content.sse") if c["choices"] and c["choices"][0]["finish_reason"] is None]
-    events, enc = run(chunks)
+    events, _ = run(chunks)
     check_stream(events)
     assert events[-1]["type"] == "response.failed"
 
@@ -446,7 +446,7 @@ def test_stream_and_plain_body_agree_at_any_split(
     check_stream(events)
     plain = chat_to_response(completion, info, id_factory=ids(), key=KEY, clock=lambda: 1700000000)
     assert enc.response == plain
-    assert plain["output_text" if False else "output"] == events[-1]["response"]["output"]
+    assert plain["output"] == events[-1]["response"]["output"]
     if finish != "length":
         final = sdk_read(events)
         assert final.output_text == text
