@@ -105,7 +105,8 @@ class InputMapper:
     # -- the assistant turn ---------------------------------------------------------------------
     def _assistant(self, *, fresh_for: str) -> dict[str, Any]:
         turn = self._turn
-        if turn is None or fresh_for in turn or (fresh_for != "tool_calls" and "tool_calls" in turn):
+        # consecutive calls share one message; a second text or reasoning, or either after the calls, does not
+        if turn is None or (fresh_for != "tool_calls" and (fresh_for in turn or "tool_calls" in turn)):
             self.end_turn()
             turn = self._turn = {"role": "assistant"}
         return turn
