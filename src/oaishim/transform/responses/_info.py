@@ -1,0 +1,154 @@
+"""What the response side must know about a Responses request, and the ``Response`` object it echoes.
+
+The official ``Response`` repeats the request's settings (``model``, ``instructions``, ``tools``,
+``temperature``, ``text.format``, ...) with the default filled in where the client sent nothing, in
+the order the real API writes them (the recordings). :func:`response_object` builds that shell;
+the output items, status, error and usage are filled in by whoever generates the answer.
+
+Usage and failure codes are mapped here too, since both the stream and the plain body need them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oaishim.wire.errors import OpenAIError
+
+__all__ = ["IdFactory", "ResponsesRequestInfo", "failure_code", "new_id", "response_object", "responses_usage"]
+
+IdFactory = Callable[[str], str]
+INCLUDE_ENCRYPTED = "reasoning.encrypted_content"
+INCLUDE_LOGPROBS = "message.output_text.logprobs"
+
+
+def new_id(prefix: str) -> str:
+    """``resp_``, ``msg_``, ``rs_``, ``fc_`` + 48 hex digits, the length the real ids have."""
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+@dataclass(slots=True)
+class ResponsesRequestInfo:
+    """The request's settings as the response echoes them (defaults already filled in), plus what the
+    generator needs: which tools are custom, whether logprobs and encrypted reasoning were asked."""
+
+    model: str
+    instructions: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = "auto"
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}, "verbosity": "medium"})
+    reasoning: dict[str, Any] = field(default_factory=lambda: {"effort": None, "summary": None})
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_logprobs: int = 0
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    store: bool = True
+    stream: bool = False
+    background: bool = False
+    truncation: str = "disabled"
+    metadata: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    service_tier: str = "default"
+    include: list[str] = field(default_factory=list)
+    # the request's input as ``GET /v1/responses/{id}/input_items`` lists it (ids assigned)
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    # names of ``custom`` tools: the backend sees them as functions, the client gets custom calls back
+    custom_tools: frozenset[str] = frozenset()
+
+    @property
+    def logprobs(self) -> bool:
+        return INCLUDE_LOGPROBS in self.include or self.top_logprobs > 0
+
+    @property
+    def encrypted_reasoning(self) -> bool:
+        return INCLUDE_ENCRYPTED in self.include
+
+
+def response_object(info: ResponsesRequestInfo, response_id: str, created_at: int) -> dict[str, Any]:
+    """The ``Response`` shell in ``in_progress`` state: settings echoed, no output, no usage."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "background": info.background,
+        "completed_at": None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": info.instructions,
+        "max_output_tokens": info.max_output_tokens,
+        "max_tool_calls": info.max_tool_calls,
+        "model": info.model,
+        "output": [],
+        "parallel_tool_calls": info.parallel_tool_calls,
+        "previous_response_id": info.previous_response_id,
+        "prompt_cache_key": info.prompt_cache_key,
+        "prompt_cache_retention": info.prompt_cache_retention,
+        "reasoning": dict(info.reasoning),
+        "safety_identifier": info.safety_identifier,
+        "service_tier": info.service_tier,
+        "store": info.store,
+        "temperature": info.temperature,
+        "text": dict(info.text),
+        "tool_choice": info.tool_choice,
+        "tools": [dict(t) for t in info.tools],
+        "top_logprobs": info.top_logprobs,
+        "top_p": info.top_p,
+        "truncation": info.truncation,
+        "usage": None,
+        "user": info.user,
+        "metadata": dict(info.metadata),
+    }
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def responses_usage(chat_usage: Any) -> dict[str, Any] | None:
+    """Chat usage -> Responses usage; None when the backend counted nothing (a made-up count would lie)."""
+    if not isinstance(chat_usage, Mapping):
+        return None
+    prompt = _int(chat_usage.get("prompt_tokens"))
+    completion = _int(chat_usage.get("completion_tokens"))
+    total = chat_usage.get("total_tokens")
+    prompt_details = chat_usage.get("prompt_tokens_details")
+    completion_details = chat_usage.get("completion_tokens_details")
+    prompt_details = prompt_details if isinstance(prompt_details, Mapping) else {}
+    cached = _int(prompt_details.get("cached_tokens"))
+    # the current spec requires cache writes; a chat backend that counts none wrote none to report
+    written = _int(prompt_details.get("cache_write_tokens"))
+    reasoning = _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": _int(total) if isinstance(total, int) else prompt + completion,
+    }
+
+
+# Codes a Responses client acts on (Codex: context window, quota, retry after a rate limit); an
+# OpenAIError that already carries one keeps it.
+_KEPT_CODES = frozenset(
+    {"context_length_exceeded", "rate_limit_exceeded", "insufficient_quota", "server_error", "invalid_prompt"}
+)
+
+
+def failure_code(error: OpenAIError) -> str:
+    """The ``response.error.code`` for a failed generation."""
+    if error.code in _KEPT_CODES:
+        return error.code
+    if error.status == 429:
+        return "insufficient_quota" if error.type == "insufficient_quota" else "rate_limit_exceeded"
+    if error.status >= 500 or error.status in (408, 409):
+        return "server_error"
+    return "invalid_prompt"  # the request's fault, not worth a retry

@@ -1,0 +1,196 @@
+"""The Responses event stream, generated from the official chat completion chunks of one answer.
+
+The caller feeds each normalised ``chat.completion.chunk`` (``transform.stream`` output, decoded) to
+:meth:`ResponsesStreamEncoder.feed` and gets the Responses events to send, framed
+``event: <type>\\ndata: <json>\\n\\n`` (no ``[DONE]``: the API has none). The lifecycle:
+
+* ``response.created`` then ``response.in_progress`` first (:meth:`start`, or the first feed);
+* the items, from ``items.OutputBuilder``, every event numbered by ``sequence_number`` 0, 1, 2, ...;
+* at the end exactly one terminal event carrying the whole response, with the same items as the
+  ``response.output_item.done`` events (Codex pairs them by id): ``response.completed``;
+  ``response.incomplete`` when the answer was cut (finish ``length`` -> ``max_output_tokens``,
+  ``content_filter``); ``response.failed`` after an ``error`` event when the upstream failed
+  (:meth:`fail`) or ended without finishing (:meth:`end` before a finish). A broken-off stream never
+  ends in ``response.completed``: a client would keep a truncated answer as whole.
+
+The chat finish chunk closes the open item; usage, which comes after it, goes into the terminal event.
+Only choice 0 is read: the Responses API has no ``n``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from oaishim.transform.responses._info import (
+    ResponsesRequestInfo,
+    failure_code,
+    new_id,
+    response_object,
+    responses_usage,
+)
+from oaishim.transform.responses._seal import seal_reasoning
+from oaishim.transform.responses.items import Event, OutputBuilder
+from oaishim.wire.errors import OpenAIError
+
+__all__ = ["ResponsesStreamEncoder", "frame"]
+
+_CUT = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def frame(event: Mapping[str, Any]) -> bytes:
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def _logprobs(value: Any) -> list[dict[str, Any]]:
+    """Chat ``logprobs.content`` entries as Responses logprobs (same fields, nothing else)."""
+    entries = value.get("content") if isinstance(value, Mapping) else None
+    out: list[dict[str, Any]] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, Mapping):
+            continue
+        tops = entry.get("top_logprobs")
+        out.append(
+            {
+                "token": entry.get("token", ""),
+                "logprob": entry.get("logprob", 0.0),
+                "bytes": entry.get("bytes") or [],
+                "top_logprobs": [
+                    {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes") or []}
+                    for t in (tops if isinstance(tops, list) else [])
+                    if isinstance(t, Mapping)
+                ],
+            }
+        )
+    return out
+
+
+class ResponsesStreamEncoder:
+    """Chat chunks in, Responses SSE frames out; :attr:`response` is the final ``Response`` for storage."""
+
+    def __init__(
+        self,
+        info: ResponsesRequestInfo,
+        *,
+        response_id: str | None = None,
+        created_at: int | None = None,
+        id_factory: Callable[[str], str] = new_id,
+        key: bytes | None = None,
+        clock: Callable[[], float] = time.time,
+        framed: bool = True,
+    ) -> None:
+        self.info = info
+        self.clock = clock
+        self.framed = framed
+        seal = (lambda text: seal_reasoning(key, text)) if key is not None and info.encrypted_reasoning else None
+        self.builder = OutputBuilder(id_factory, seal=seal, custom_tools=info.custom_tools)
+        created = int(clock()) if created_at is None else created_at
+        self._response = response_object(info, response_id or id_factory("resp"), created)
+        self._seq = 0
+        self._started = False
+        self.ended = False
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    # -- framing ---------------------------------------------------------------------------------
+    def _emit(self, events: list[Event]) -> list[bytes]:
+        out: list[bytes] = []
+        for event in events:
+            numbered = {"type": event["type"], "sequence_number": self._seq, **event}
+            self._seq += 1
+            if self.framed:
+                out.append(frame(numbered))
+        return out
+
+    def _lifecycle(self, kind: str) -> Event:
+        return {"type": kind, "response": self.response}
+
+    @property
+    def response(self) -> dict[str, Any]:
+        """The ``Response`` as it stands (final once the stream ended), a fresh copy each time."""
+        out: dict[str, Any] = orjson.loads(orjson.dumps({**self._response, "output": self.builder.output}))
+        return out
+
+    # -- the interface ---------------------------------------------------------------------------
+    def start(self) -> list[bytes]:
+        if self._started:
+            return []
+        self._started = True
+        return self._emit([self._lifecycle("response.created"), self._lifecycle("response.in_progress")])
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[bytes]:
+        if self.ended:
+            return []
+        out = self.start()
+        try:
+            events = self._read(chunk)
+        except OpenAIError as err:
+            return out + self.fail(err)
+        except (TypeError, AttributeError, KeyError, ValueError):
+            return out + self.fail(
+                OpenAIError(502, "the upstream sent a chunk the gateway cannot read", "server_error")
+            )
+        return out + self._emit(events)
+
+    def _read(self, chunk: Mapping[str, Any]) -> list[Event]:
+        if chunk.get("usage") is not None:
+            self._usage = responses_usage(chunk["usage"])
+        out: list[Event] = []
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0 or self._finish is not None:
+                continue
+            delta = choice.get("delta") or {}
+            out += self.builder.reasoning(_text(delta.get("reasoning_content")) or _text(delta.get("reasoning")))
+            out += self.builder.text(
+                _text(delta.get("content")), _logprobs(choice.get("logprobs")) if self.info.logprobs else None
+            )
+            out += self.builder.refusal(_text(delta.get("refusal")))
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                fn = call.get("function") or {}
+                key = call.get("index", position)
+                out += self.builder.call(key, call.get("id"), fn.get("name"), _text(fn.get("arguments")))
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                self._finish = str(finish)
+                out += self.builder.close("incomplete" if self._finish in _CUT else "completed")
+        return out
+
+    def end(self) -> list[bytes]:
+        """The upstream ended normally: the terminal event (a failure if the answer never finished)."""
+        if self.ended:
+            return []
+        if self._finish is None:
+            return self.fail(OpenAIError(502, "the upstream stream ended before the response finished", "server_error"))
+        out = self.start()
+        self.ended = True
+        self._response["usage"] = self._usage
+        cut = _CUT.get(self._finish)
+        if cut is None:
+            self._response["status"] = "completed"
+            self._response["completed_at"] = int(self.clock())
+            return out + self._emit([self._lifecycle("response.completed")])
+        self._response["status"] = "incomplete"
+        self._response["incomplete_details"] = {"reason": cut}
+        return out + self._emit([self._lifecycle("response.incomplete")])
+
+    def fail(self, error: OpenAIError) -> list[bytes]:
+        """The upstream failed: close what is open, then ``error`` and ``response.failed``."""
+        if self.ended:
+            return []
+        out = self.start()
+        self.ended = True
+        code = failure_code(error)
+        events = self.builder.close("incomplete")
+        events.append({"type": "error", "code": code, "message": error.message, "param": error.param})
+        self._response["status"] = "failed"
+        self._response["error"] = {"code": code, "message": error.message}
+        self._response["usage"] = self._usage
+        events.append(self._lifecycle("response.failed"))
+        return out + self._emit(events)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
