@@ -17,7 +17,7 @@ from oaishim.capture.raw import HeaderPairs, RawExchange, RawRequest, RawRespons
 from oaishim.capture.record import VERSION, Record, body_bytes, encode_body, header_value, path_of, request_json
 from oaishim.capture.redact import Redactor, scrub, scrub_bytes, secret_needles
 from oaishim.capture.timeline import first_token_ms, is_stream, iter_timed_events, timed_events
-from oaishim.check import check, exchange_from_bytes
+from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.wire.sse import encode_event
 
 CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
@@ -114,7 +114,9 @@ def _timings(record: Mapping[str, Any], raw: RawExchange) -> dict[str, float | N
     }
 
 
-def findings_of(request: Mapping[str, Any] | None, response: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def findings_of(
+    request: Mapping[str, Any] | None, response: Mapping[str, Any] | None, options: CheckOptions | None = None
+) -> list[dict[str, Any]]:
     """The checker's findings for one side of a stored exchange ([] for paths it does not know)."""
     if not request or not response or not path_of(str(request.get("target", ""))).endswith(CHECKED_PATHS):
         return []
@@ -126,13 +128,16 @@ def findings_of(request: Mapping[str, Any] | None, response: Mapping[str, Any] |
         headers={"content-type": content_type} if content_type else None,
     )
     try:
-        return [f.as_dict() for f in check(exchange)]
+        return [f.as_dict() for f in check(exchange, options)]
     except (TypeError, ValueError) as exc:  # the checker gave up on this body: say so in the record
         return [{"rule": "capture.unchecked", "severity": "note", "path": "$", "chunk": None, "message": str(exc)}]
 
 
-def build_record(raw: RawExchange, redactor: Redactor, *, run_checker: bool = True) -> tuple[Record, bytes]:
-    """The record and its line (redacted and scrubbed, ending in a newline)."""
+def build_record(
+    raw: RawExchange, redactor: Redactor, *, run_checker: bool = True, client_options: CheckOptions | None = None
+) -> tuple[Record, bytes]:
+    """The record and its line (redacted and scrubbed, ending in a newline). ``client_options``
+    judges the client side (a gateway's own output, with the fields its settings emit on purpose)."""
     builder = _Builder(raw, redactor)
     client_request = builder.request(raw.client_request)
     client = {"request": client_request, "response": builder.response(raw.client_response)}
@@ -160,7 +165,7 @@ def build_record(raw: RawExchange, redactor: Redactor, *, run_checker: bool = Tr
     record["timings"] = _timings(record, raw)
     if run_checker:
         record["findings"] = {
-            "client": findings_of(client["request"], client["response"]),
+            "client": findings_of(client["request"], client["response"], client_options),
             "upstream": findings_of(upstream["request"], upstream["response"]) if upstream else [],
         }
     _scrub_binary_bodies(record, builder.found, builder.notes)

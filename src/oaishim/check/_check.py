@@ -73,7 +73,9 @@ def check(exchange: Exchange, options: CheckOptions | None = None) -> list[Findi
 
 def _validate(kind: str, instance: Any, opts: CheckOptions, sink: Sink, chunk: int | None = None) -> None:
     _schema.validate(kind, instance, sink, chunk=chunk)
-    _schema.report_unknown(kind, instance, sink, chunk=chunk, extensions_as_notes=opts.extensions_as_notes)
+    _schema.report_unknown(
+        kind, instance, sink, chunk=chunk, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
+    )
 
 
 def _check_body(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:

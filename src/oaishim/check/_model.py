@@ -62,11 +62,13 @@ class CheckOptions:
     """Knobs of the checker.
 
     ``extensions_as_notes`` lowers well-known vendor extension fields (``reasoning_content``,
-    ``stop_reason``, …) from ``unknown-field`` errors to notes. ``special_tokens`` is the model's
+    ``stop_reason``, …) from ``unknown-field`` errors to notes; ``intended_fields`` does the same for
+    the fields a gateway was configured to send (``--reasoning-field``), judged with that setting. ``special_tokens`` is the model's
     protected set (from its tokenizer) and ``eot_tokens`` the subset that ends a turn; the
     end-of-turn rules need them.
     """
 
     extensions_as_notes: bool = False
+    intended_fields: frozenset[str] = frozenset()  # fields sent on purpose (a gateway's settings): notes
     special_tokens: frozenset[str] = frozenset()
     eot_tokens: frozenset[str] = frozenset()

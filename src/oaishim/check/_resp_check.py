@@ -53,7 +53,9 @@ def is_responses_stream(events: Sequence[SSEEvent]) -> bool:
 
 def check_body(body: Any, opts: CheckOptions, sink: Sink) -> None:
     _schema.validate("response", body, sink)
-    _schema.report_unknown("response", body, sink, extensions_as_notes=opts.extensions_as_notes)
+    _schema.report_unknown(
+        "response", body, sink, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
+    )
     if isinstance(body, Mapping):
         check_response(body, "$", sink, event=None)
 
@@ -79,7 +81,9 @@ def _decode(n: int, event: SSEEvent, opts: CheckOptions, sink: Sink) -> dict[str
         sink.add("schema", "$.type", f"{kind!r} is not an event type of the official API", chunk=n)
     else:
         _schema.validate_def(name, data, sink, chunk=n)
-        _schema.report_unknown_def(name, data, sink, chunk=n, extensions_as_notes=opts.extensions_as_notes)
+        _schema.report_unknown_def(
+            name, data, sink, chunk=n, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
+        )
     return data
 
 

@@ -175,8 +175,17 @@ def report_unknown(
     chunk: int | None = None,
     base: str = "$",
     extensions_as_notes: bool = False,
+    intended: frozenset[str] = frozenset(),
 ) -> None:
-    report_unknown_def(root_name(kind), instance, sink, chunk=chunk, base=base, extensions_as_notes=extensions_as_notes)
+    report_unknown_def(
+        root_name(kind),
+        instance,
+        sink,
+        chunk=chunk,
+        base=base,
+        extensions_as_notes=extensions_as_notes,
+        intended=intended,
+    )
 
 
 def report_unknown_def(
@@ -187,13 +196,22 @@ def report_unknown_def(
     chunk: int | None = None,
     base: str = "$",
     extensions_as_notes: bool = False,
+    intended: frozenset[str] = frozenset(),
 ) -> None:
+    """Each key nothing in the official schema defines: an error, or a note for a known vendor
+    extension (``extensions_as_notes``) and for a field sent on purpose (``intended``: what a gateway
+    was configured to emit, such as ``reasoning_content`` under ``--reasoning-field``)."""
     for path, key in unknown_keys([{"$ref": "#/$defs/" + name}], instance, base):
-        note = extensions_as_notes and key in VENDOR_EXTENSIONS
+        if key in intended:
+            why = " (sent on purpose, as configured)"
+        elif extensions_as_notes and key in VENDOR_EXTENSIONS:
+            why = " (known vendor extension)"
+        else:
+            why = ""
         sink.add(
             "unknown-field",
             child(path, key),
-            f"{key!r} is not a field of the official API" + (" (known vendor extension)" if note else ""),
+            f"{key!r} is not a field of the official API" + why,
             chunk=chunk,
-            severity="note" if note else None,
+            severity="note" if why else None,
         )

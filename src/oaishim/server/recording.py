@@ -22,6 +22,7 @@ from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
 from oaishim.capture.record import Record
 from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
+from oaishim.check import CheckOptions
 from oaishim.server.asgi import Message, Receive, Scope, Send
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.upstream import Upstreams
@@ -150,8 +151,10 @@ class Recording:
         check_budget: CheckBudget | None = None,
         max_file_bytes: int = 64 << 20,
         queue_size: int = 1024,
+        client_options: CheckOptions | None = None,
     ) -> None:
         self.redactor = Redactor.build(redact_paths, secrets)
+        self.client_options = client_options
         self.mode: Mode = mode
         self.run_checker = run_checker
         self.budget = check_budget or CheckBudget()
@@ -168,7 +171,7 @@ class Recording:
         if not (self.run_checker and self.budget.allow()):
             return build_record(raw, self.redactor, run_checker=False)
         started = time.thread_time()
-        built = build_record(raw, self.redactor)
+        built = build_record(raw, self.redactor, client_options=self.client_options)
         self.budget.spend(time.thread_time() - started)
         return built
 
@@ -188,4 +191,28 @@ def recording_for(settings: Settings) -> Recording | None:
     if settings.capture_dir is None:
         return None
     secrets = [*settings.api_keys, *(route.upstream_api_key for route in settings.models)]
-    return Recording(settings.capture_dir, mode="gateway", secrets=secrets, redact_paths=settings.capture_redact)
+    return Recording(
+        settings.capture_dir,
+        mode="gateway",
+        secrets=secrets,
+        redact_paths=settings.capture_redact,
+        client_options=gateway_check_options(settings),
+    )
+
+
+REASONING_FIELDS_SENT = {
+    "reasoning_content": frozenset({"reasoning_content"}),
+    "reasoning": frozenset({"reasoning"}),
+    "both": frozenset({"reasoning_content", "reasoning"}),
+    "drop": frozenset(),
+}
+
+
+def gateway_check_options(settings: Settings) -> CheckOptions:
+    """How to judge what the gateway itself sent: the reasoning field ``--reasoning-field`` names is
+    sent on purpose (a note, not an unknown-field error), and so are the backend's extensions under
+    ``--keep-extensions``; everything else is judged as strictly as any endpoint."""
+    return CheckOptions(
+        extensions_as_notes=settings.keep_extensions,
+        intended_fields=REASONING_FIELDS_SENT[settings.reasoning_field],
+    )
