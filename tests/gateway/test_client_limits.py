@@ -224,3 +224,32 @@ def test_a_flood_of_half_open_connections_does_not_stop_health(backend: Replayer
         started = time.monotonic()
         assert _health(url, 3), "/health did not answer"
         assert time.monotonic() - started < 2
+
+
+def test_refused_requests_with_a_large_declared_body_cannot_hold_the_slots(backend: Replayer, gateways: Any) -> None:
+    """Without a key, a head declaring a big body plus one byte of it got its 401 at once but kept
+    its slot for the body timeout: four of them filled a bound of four and /health got a 503."""
+    url = gateways("openai", api_keys=("sk-client-key-for-slots",), max_connections=4)
+    head = CHAT_HEAD + b"Content-Length: 100000\r\n\r\n{"
+    with ExitStack() as stack:
+        hogs = [stack.enter_context(connect(url)) for _ in range(4)]
+        for sock in hogs:
+            sock.sendall(head)
+        for sock in hogs:
+            assert read_answer(sock, wait=0.5)[0] == 401
+        with connect(url) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+            assert read_answer(sock, wait=2)[0] == 200
+
+
+def test_empty_connects_replace_each_other_not_a_served_keep_alive_connection(gateways: Any) -> None:
+    """At the bound, connections that never sent a request are closed before a client's pooled one."""
+    url = gateways("openai", max_connections=4)
+    with connect(url) as client, ExitStack() as stack:
+        client.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        assert read_answer(client, wait=2)[0] == 200
+        for _ in range(6):
+            stack.enter_context(connect(url))
+            time.sleep(0.05)
+        client.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+        assert read_answer(client, wait=2)[0] == 200

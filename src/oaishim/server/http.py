@@ -86,21 +86,27 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _evict_one(self) -> bool:
-        """Close the connection that has waited longest for a request head; False when all are busy."""
-        waiting = [
+        """Make room: close a connection that has nothing in progress, one that never completed a
+        request first (a flood of empty or dripping connects replaces itself, not the clients' pooled
+        keep-alive connections), then one answered while its client still sends a body, the
+        longest-waiting first; False when all are busy. A connection
+        whose answer is complete counts as idle even while its client is still sending the body (a
+        refused request with a large declared body would otherwise hold its slot until the body
+        timeout, without any key)."""
+        idle = [
             c
             for c in self.connections
             if isinstance(c, GuardedHttpTools)
-            and c._in_head
             and not c._refused
             and not c.transport.is_closing()
-            and (c.cycle is None or c.cycle.response_complete)
+            and (c.cycle.response_complete if c.cycle is not None else c._in_head)
         ]
-        if not waiting:
+        if not idle:
             return False
-        oldest = min(waiting, key=lambda c: c._waiting_since)
-        oldest._cancel()
-        oldest.transport.close()
+        # never sent a whole head; answered but still sending a body nobody reads; then idle keep-alive
+        victim = min(idle, key=lambda c: (c._heads > 0, c._in_head, c._waiting_since))
+        victim._cancel()
+        victim.transport.close()
         return True
 
     # -- reading -------------------------------------------------------------------------------
