@@ -421,3 +421,9 @@ def test_the_embedded_engine_gets_its_settings(monkeypatch: pytest.MonkeyPatch) 
         "extra_args": ("--mlock",),
     }
     assert stopped == [True]
+
+
+@pytest.mark.parametrize("entry", ["/v1/*", "GET /v1/models", "/v1/chat/completions/*", "/health", "/*"])
+def test_a_pass_through_rule_may_not_cover_the_gateways_own_paths(entry: str) -> None:
+    with pytest.raises(ConfigError, match="the gateway's own"):
+        build_settings(upstream="http://u:1", passthrough=[entry])

@@ -242,7 +242,10 @@ def test_listed_paths_pass_through_with_clean_headers(backend: Replayer, gateway
     version = (VLLM / "s1_version.body").read_bytes()
     backend_headers = {"server": "backend/1.0", "date": "Mon, 01 Jan 2001 00:00:00 GMT", "x-request-id": "r-1"}
     backend.push(
-        Canned(tokenize_answer, headers={**backend_headers, "set-cookie": "session=abc123def456"}),
+        Canned(
+            tokenize_answer,
+            headers={**backend_headers, "set-cookie": "session=abc123def456", "location": "http://10.0.0.9:8000/x"},
+        ),
         Canned(version),
         Canned(b'{"n_ctx": 4096}'),
         Canned(b"[]"),
@@ -251,6 +254,7 @@ def test_listed_paths_pass_through_with_clean_headers(backend: Replayer, gateway
     assert (status, body) == (200, tokenize_answer)
     assert headers["x-request-id"] == "r-1"  # the backend's own headers stay
     assert "set-cookie" not in headers
+    assert "location" not in headers  # it would name the backend's own address
     assert headers.get("server") != "backend/1.0" and headers["date"] != backend_headers["date"]
     assert call(url, "GET", "/./version")[2] == version
     assert call(url, "GET", "/props?slot=1")[2] == b'{"n_ctx": 4096}'

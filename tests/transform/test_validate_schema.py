@@ -125,7 +125,8 @@ def test_refused(label: str, endpoint: str, body: dict[str, Any], param: str, co
         ),
         (
             with_message({"role": "user", "content": [{"type": "video"}]}),
-            "Invalid value: 'video'. Supported values are: 'text', 'image_url', 'input_audio', and 'file'.",
+            "Invalid value: 'video'. Supported values are: 'text', 'image_url', 'input_audio', 'file', "
+            "'video_url', 'audio_url', and 'image_embeds'.",
         ),
         (
             {"model": "m", "messages": [USER, {"role": "assistant", "content": [{"type": "image_url"}]}]},
@@ -172,6 +173,10 @@ def test_wording(body: dict[str, Any], message: str) -> None:
 
 
 ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
+    *(
+        (f"vLLM's {part} part", "chat", with_message({"role": "user", "content": [{"type": part, part: {"url": "u"}}]}))
+        for part in ("video_url", "audio_url", "image_embeds")
+    ),
     ("custom tool", "chat", chat(tools=[{"type": "custom", "custom": {"name": "code_exec"}}])),
     ("custom tool with a grammar", "chat", chat(tools=[{"type": "custom", "custom": {
         "name": "sql", "format": {"type": "grammar", "grammar": {"definition": "start: 'x'", "syntax": "lark"}}}}])),

@@ -159,3 +159,16 @@ def test_pass_rules() -> None:
     assert allowed(rules, "POST", "/tokenize/") is None
     assert allowed(rules, "POST", "/sleep") is None
     assert allowed([], "GET", "/version") is None
+
+
+@pytest.mark.parametrize("target", ["/../admin", "/%2e%2e/admin", "/x/./y", "/a/%2E/b", "/v1/..?q=1"])
+def test_the_upstream_url_has_no_dot_segments(target: str) -> None:
+    """The capture proxy forwards targets as they came: a dot segment, encoded or not, would leave
+    the base path on the backend's side once the backend resolves it."""
+    with pytest.raises(BadTarget):
+        join_upstream("http://h:1/api", target)
+
+
+def test_a_prefix_rule_matches_at_a_segment_boundary() -> None:
+    rule = parse_rule("GET /props*")
+    assert [rule.matches_path(p) for p in ("/props", "/props/x", "/propsecret", "/prop")] == [True, True, False, False]

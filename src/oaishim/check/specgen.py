@@ -54,6 +54,9 @@ request schemas the gateway validates against, with fix-ups of their own (:func:
    ``continuous_usage_stats`` (a boolean), the one extension clients send inside it.
 10. History tool calls may omit ``type`` and send ``arguments`` as an object: clients written against
    lenient backends do, and the gateway's request rewrite repairs both before any backend sees them.
+11. A user message's content parts may also be the multimodal parts backends document beyond the
+   official ones (vLLM's ``video_url``, ``audio_url`` and ``image_embeds``, SGLang's ``video_url``):
+   clients of those servers send them, and refusing them would break what works without the gateway.
 """
 
 from __future__ import annotations
@@ -297,7 +300,12 @@ def _request_overrides(defs: dict[str, Any]) -> None:
     call = defs["ChatCompletionMessageToolCall"]
     call["required"] = [key for key in call["required"] if key != "type"]
     call["properties"]["function"]["properties"]["arguments"] = {"type": ["string", "object"]}
+    vendor_part = {"type": "object", "required": ["type"], "properties": {"type": {"enum": list(VENDOR_PARTS)}}}
+    defs["ChatCompletionRequestUserMessageContentPart"]["oneOf"].append(vendor_part)  # fix 11
     _optional_nullable(defs)
+
+
+VENDOR_PARTS = ("video_url", "audio_url", "image_embeds")
 
 
 def build_requests(spec: dict[str, Any], spec_bytes: bytes) -> dict[str, Any]:

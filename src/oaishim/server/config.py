@@ -32,6 +32,8 @@ REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning"
 # Backend paths a client may reach through the gateway besides the OpenAI endpoints: read-only ones.
 # Admin routes (vLLM /v1/load_lora_adapter, /sleep; SGLang /flush_cache, …) stay out unless listed.
 DEFAULT_PASSTHROUGH = ("POST /tokenize", "POST /detokenize", "GET /version")
+# The paths the gateway answers itself: no pass-through rule may cover them.
+GATEWAY_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses", "/health")
 
 
 class ConfigError(ValueError):
@@ -156,10 +158,19 @@ def _passthrough(value: Any) -> tuple[str, ...]:
         return ()
     for entry in entries:
         try:
-            parse_rule(entry)
+            rule = parse_rule(entry)
         except ValueError as exc:
             raise ConfigError(f"passthrough: {exc}") from None
+        own = [path for path in GATEWAY_PATHS if rule.matches_path(path) or path_under(rule.path, path)]
+        if own:
+            # such a rule is dead for the endpoint itself, and would send its odd spellings
+            # (a trailing "/") to the backend without validation
+            raise ConfigError(f"passthrough: {entry!r} covers the gateway's own {own[0]}; list backend paths only")
     return entries
+
+
+def path_under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def load_file(path: Path) -> dict[str, Any]:

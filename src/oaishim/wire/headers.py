@@ -28,6 +28,8 @@ NOT_RETURNED = frozenset(
         b"server",
         b"date",
         b"set-cookie",
+        b"location",  # a redirect names the backend's own address, which the client cannot reach
+        b"content-location",
     }
 )
 _RETRY = (b"retry-after", b"retry-after-ms")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 __all__ = ["BadTarget", "PassRule", "allowed", "join_upstream", "normalize_path", "parse_rule", "quote_query"]
 
@@ -115,6 +115,10 @@ def join_upstream(base: str, target: str) -> str:
     :class:`BadTarget` unless the result is on the base's scheme, host and port, under its path."""
     if not target.startswith("/"):
         raise BadTarget("the request target must be a path that starts with '/'.")
+    path = target.partition("?")[0]
+    if any(unquote(segment) in (".", "..") for segment in path.split("/")):
+        # sent encoded and as it is, a dot segment would leave the base path on the backend's side
+        raise BadTarget("the request target may not hold '.' or '..' segments.")
     url = base.rstrip("/") + target
     want, got = urlsplit(base), urlsplit(url)
     if (got.scheme, got.netloc) != (want.scheme, want.netloc) or not got.path.startswith(want.path.rstrip("/") + "/"):
@@ -135,7 +139,10 @@ class PassRule:
     prefix: bool = False
 
     def matches_path(self, path: str) -> bool:
-        return path.startswith(self.path) if self.prefix else path == self.path
+        """A prefix matches at a segment boundary: ``/props*`` is ``/props`` and ``/props/…``, not ``/propsecret``."""
+        if not self.prefix:
+            return path == self.path
+        return path == self.path or path.startswith(self.path.rstrip("/") + "/")
 
 
 def parse_rule(text: str) -> PassRule:
