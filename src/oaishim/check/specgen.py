@@ -1,6 +1,7 @@
 """Build the checker's schema bundle from the official ``openapi.yaml``.
 
-Run ``python -m oaishim.check.specgen PATH/openapi.yaml`` after updating the spec. Parsing the 3 MB
+Run ``python -m oaishim.check.specgen [PATH/openapi.yaml]`` after updating the spec; without a path it reads
+the copy vendored in the repository (``spec/openapi.yaml``, provenance in ``spec/SOURCE.md``). Parsing the 3 MB
 YAML takes about a second, so the checker never does it at run time: it loads the small JSON bundle
 this module writes (``openai_schemas.json`` beside it), which holds only the schemas the checker uses
 and those they reference, already fixed up for a JSON Schema 2020-12 validator:
@@ -60,6 +61,8 @@ REQUEST_ROOTS = {
 }
 BUNDLE_PATH = Path(__file__).with_name("openai_schemas.json")
 REQUEST_BUNDLE_PATH = Path(__file__).parents[1] / "transform" / "validate" / "request_schemas.json"
+# The official spec vendored at the repository root (a source checkout; not part of the installed package).
+VENDORED_SPEC = Path(__file__).resolve().parents[3] / "spec" / "openapi.yaml"
 INT64 = (-(2**63), 2**63 - 1)
 _INT64_ROUNDED = 9223372036854776000  # how the spec writes seed's bounds: 2**63 rounded as a float
 _REF_PREFIX = "#/components/schemas/"
@@ -220,10 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     import yaml  # only needed here: the run-time checker reads the JSON bundle
 
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m oaishim.check.specgen PATH/openapi.yaml", file=sys.stderr)
+    if len(args) > 1:
+        print("usage: python -m oaishim.check.specgen [PATH/openapi.yaml]", file=sys.stderr)
         return 2
-    raw = Path(args[0]).read_bytes()
+    raw = Path(args[0] if args else VENDORED_SPEC).read_bytes()
     spec = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     for path, bundle in ((BUNDLE_PATH, build(spec, raw)), (REQUEST_BUNDLE_PATH, build_requests(spec, raw))):
         path.write_bytes(render(bundle))
