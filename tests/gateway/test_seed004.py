@@ -52,7 +52,7 @@ ASK_WEATHER: list[dict[str, Any]] = [
 ]
 HELLO: list[dict[str, Any]] = [{"role": "user", "content": "你好"}]
 # A profile that passes developer and history reasoning_content through (the seed's setup, no gateway).
-PASS_THROUGH = "llamacpp"
+PASS_THROUGH = "llamacpp@b9174"
 NULL_EXTRAS = {"stop_reason", "mm_embedding_handle", "disaggregated_params", "avg_decoded_tokens_per_iter"}
 
 
@@ -269,7 +269,7 @@ def test_p5_history_reasoning_content_is_dropped_not_a_400(
 
 
 def test_p5_control_passed_through_trt_answers_400(backend: Replayer, trt: TrtSim, gateways: Any) -> None:
-    # "llamacpp" (b9174+) sends history reasoning as reasoning_content and leaves developer alone: the
+    # "llamacpp@b9174" sends history reasoning as reasoning_content and leaves developer alone: the
     # seed's own setup, OpenClaw talking to TRT directly. ("openai" drops history reasoning too.)
     status, _, out = chat(gateways, {"messages": HISTORY, "tools": TOOLS}, profile=PASS_THROUGH)
     assert status == 400
@@ -283,7 +283,7 @@ def test_p5_the_newer_profile_sends_reasoning_which_1_3_0rc6_accepts(
     backend: Replayer, trt: TrtSim, gateways: Any
 ) -> None:
     """trtllm.py: "a wrong guess near the boundary costs no 400" — ``reasoning`` passes the 1.3.0rc6 union."""
-    status, _, _ = chat(gateways, {"messages": HISTORY, "tools": TOOLS}, profile="trtllm")
+    status, _, _ = chat(gateways, {"messages": HISTORY, "tools": TOOLS}, profile="trtllm@1.4")
     assert status == 200 and trt.rejected == []
     sent = backend.seen[-1].json()["messages"][2]
     assert sent["reasoning"] == HISTORY[2]["reasoning_content"] and "reasoning_content" not in sent

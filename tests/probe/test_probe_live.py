@@ -106,7 +106,7 @@ def servers(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """(raw llama-server URL, gateway URL)."""
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     with LlamaServer(tiny.gguf, alias=ALIAS, log_path=log) as raw:
-        route = ModelRoute(name=ALIAS, upstreams=(raw.url,), profile="llamacpp")
+        route = ModelRoute(name=ALIAS, upstreams=(raw.url,), profile="llamacpp@b9174")
         settings = Settings(models=(route,), port=free_port(), special_tokens=tiny.special)
         with RunningGateway(settings) as gateway:
             yield raw.url, gateway.url

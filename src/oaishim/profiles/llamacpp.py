@@ -87,4 +87,5 @@ FAMILY = Family(
     list_keys=frozenset({"models"}),
     card_keys=frozenset({"meta"}),
     version_keys=("build_info", "version"),
+    version_paths=("/props",),
 )

@@ -60,4 +60,5 @@ FAMILY = Family(
     releases=(("0", OLLAMA),),
     unknown_version=OLLAMA,
     owned_by=frozenset({"library"}),
+    version_paths=("/api/version",),
 )

@@ -54,4 +54,5 @@ FAMILY = Family(
     releases=(("0", SGLANG),),
     unknown_version=SGLANG,
     owned_by=frozenset({"sglang"}),
+    version_paths=("/get_server_info", "/version"),
 )
