@@ -9,7 +9,7 @@ and those they reference, already fixed up for a JSON Schema 2020-12 validator:
 1. ``nullable: true`` (OpenAPI 3.0, ignored by 2020-12 validators) becomes a union with ``null``:
    ``type: [T, "null"]``, ``null`` added to an ``enum``, and a ``$ref``/``anyOf``/``oneOf``/``allOf``
    wrapped in ``anyOf: [..., {type: "null"}]``. Without it, the 12 live OpenAI streams give over a
-   thousand spurious errors (openai-wire-format.md §0.1).
+   thousand spurious errors (docs/wire-format.md §0.1).
 2. Legacy completion *chunks* share ``CreateCompletionResponse`` with plain responses, but the live API
    sends ``finish_reason: null`` on every chunk but the last (§0.6): the bundle adds a
    ``CreateCompletionStreamResponse`` whose ``finish_reason`` is nullable.
