@@ -98,7 +98,7 @@ def _json(obj: Any) -> str:
 
 
 def trtllm_stream(pieces: list[str], model: str = "Qwen3-32B-NVFP4") -> bytes:
-    """TRT-LLM 1.3.0rc6 (seed 004): role-only first chunk with a trailing space, a fresh id on every
+    """TRT-LLM 1.3.0rc6 (T-10, T-11): role-only first chunk with a trailing space, a fresh id on every
     chunk, ``"reasoning_content":""`` beside each content piece, the finish on the last piece."""
     out = []
 
@@ -189,8 +189,8 @@ def _same_style(built: bytes, recorded: bytes) -> None:
 
 
 def test_builders_write_each_backends_bytes() -> None:
-    seed004 = (FIXTURES / "trtllm" / "chat-stream-qwen3-seed004.sse").read_bytes()
-    _same_style(trtllm_stream(contents(seed004)), seed004)
+    think = (FIXTURES / "trtllm" / "chat-stream-qwen3-think-in-content.sse").read_bytes()
+    _same_style(trtllm_stream(contents(think)), think)
     think = (VLLM / "s1_force_regex_think_stream.body").read_bytes()
     _same_style(vllm_stream(contents(think)), think)
     # llama.cpp: the reasoning-format recording, its reasoning deltas written as content instead.
@@ -225,7 +225,7 @@ def _regex_literal(regex: str) -> str:
     return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), regex)
 
 
-SEED004 = manifest_case("trtllm", "chat-stream-qwen3-seed004")
+THINK_IN_CONTENT = manifest_case("trtllm", "chat-stream-qwen3-think-in-content")
 LLAMA_NONE = manifest_case("llamacpp", "chat-nonstream-reasoning-format-none")
 TOOLCALL_REQUEST = json.loads((VLLM / "s1_force_regex_toolcall_stream.req.json").read_text())
 HERMES_TEXT = _regex_literal(TOOLCALL_REQUEST["structured_outputs"]["regex"])
@@ -243,13 +243,13 @@ class Profile:
 
 
 PROFILES = {
-    # seed 004 P1: TRT-LLM without --reasoning_parser, <think> in content, reasoning_content "".
+    # T-18: TRT-LLM without --reasoning_parser, <think> in content, reasoning_content "".
     "trtllm@0": Profile(
         "trtllm@0",
-        SEED004["request"],
-        "".join(contents((FIXTURES / "trtllm" / SEED004["file"]).read_bytes())),
+        THINK_IN_CONTENT["request"],
+        "".join(contents((FIXTURES / "trtllm" / THINK_IN_CONTENT["file"]).read_bytes())),
         trtllm_stream,
-        (SEED004["text"], SEED004["reasoning"] + "\n", [], "stop"),
+        (THINK_IN_CONTENT["text"], THINK_IN_CONTENT["reasoning"] + "\n", [], "stop"),
     ),
     # llama.cpp with reasoning_format none: raw <think>…</think> in content.
     "llamacpp@b9174": Profile(
@@ -279,8 +279,8 @@ def test_stream_repaired_clean_and_split_invariant(
 ) -> None:
     case = PROFILES[profile]
     if variant.startswith("pieces-"):
-        # The backend's own tokens (seed 004: the fixture's bytes), sent in TCP pieces of n bytes.
-        body = (FIXTURES / "trtllm" / SEED004["file"]).read_bytes() if profile == "trtllm@0" else None
+        # The backend's own tokens (TRT-LLM 1.3.0rc6: the fixture's bytes), sent in TCP pieces of n bytes.
+        body = (FIXTURES / "trtllm" / THINK_IN_CONTENT["file"]).read_bytes() if profile == "trtllm@0" else None
         body = body or case.build(token_split(case.text))
         canned = Canned(body, content_type="text/event-stream", piece=int(variant.removeprefix("pieces-")))
     else:
@@ -293,7 +293,7 @@ def test_stream_repaired_clean_and_split_invariant(
 def test_plain_bodies_repaired_the_same(backend: Replayer, gateways: Any) -> None:
     """The non-stream answers of the same backends give the client what their streams give."""
     bodies = {
-        "trtllm@0": (FIXTURES / "trtllm" / "chat-nonstream-qwen3-seed004.json").read_bytes(),
+        "trtllm@0": (FIXTURES / "trtllm" / "chat-nonstream-qwen3-think-in-content.json").read_bytes(),
         "llamacpp@b9174": (FIXTURES / "llamacpp" / LLAMA_NONE["file"]).read_bytes(),
         "vllm@0.32": vllm_body(HERMES_TEXT),
     }
@@ -363,7 +363,7 @@ def test_sdk_stream_helper_gets_the_plain_answers_calls(backend: Replayer, gatew
 
 
 # ---------------------------------------------------------------------------------------------------
-# Seed 003: the end of turn is never lost
+# The end of turn is never lost (a proxy's cleanup regex once ate it)
 
 HELLO = {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who are you?"}], "stream": True}
 

@@ -1,4 +1,4 @@
-"""Seed 000's list of differences (vLLM's OpenAI layer), each on real vLLM 0.32 traffic replayed
+"""The documented differences of vLLM's OpenAI layer (docs/backend-quirks.md §1), each on real vLLM 0.32 traffic replayed
 behind the gateway: the client sees what the official API would send."""
 
 from __future__ import annotations
