@@ -96,7 +96,10 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "without one, an embedded llama.cpp engine serves --model (default: a tiny generated model)",
     )
     p.add_argument("--model", type=Path, help="a GGUF file for the embedded engine (when no --upstream is given)")
-    p.add_argument("--profile", help="auto|vllm|sglang|trtllm|llamacpp|ollama|openai (default auto)")
+    p.add_argument(
+        "--profile",
+        help="auto (default), a family (vllm, sglang, trtllm, llamacpp, ollama, openai: its version is asked), FAMILY@VERSION (pinned) or generic",
+    )
     p.add_argument("--served-model-name", help="the model name clients use (default: the backend's names)")
     p.add_argument("--api-key", action="append", default=[], help="a key clients must present (repeatable)")
     p.add_argument("--upstream-api-key", help="the key sent to the backend (the client's is never forwarded)")

@@ -53,7 +53,7 @@ def client_request(i: int) -> dict[str, object]:
 def mock_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The recorded answers: stream i has 3 + 4 * (i % 10) pieces, one every 40 ms."""
     folder = tmp_path_factory.mktemp("recorded")
-    profile = get_profile("llamacpp")
+    profile = get_profile("llamacpp@b9174")
     exchanges = []
     for i in range(STREAMS):
         sent = prepare("chat", client_request(i), profile).body  # what the gateway will send
@@ -68,7 +68,7 @@ def mock_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def start_gateway(upstream: str, capture: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    command = [sys.executable, "-m", "oaishim", "serve", "--upstream", upstream, "--profile", "llamacpp",
+    command = [sys.executable, "-m", "oaishim", "serve", "--upstream", upstream, "--profile", "llamacpp@b9174",
                "--served-model-name", "tiny", "--port", str(port), "--capture", str(capture),
                "--log-level", "warning"]  # fmt: skip
     with log.open("wb") as out:

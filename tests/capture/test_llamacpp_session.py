@@ -75,7 +75,7 @@ def run_session(base: str) -> list[tuple[int, Any]]:
 
 
 def gateway_settings(upstream: str, capture: Path | None = None) -> Settings:
-    route = ModelRoute(name="tiny", upstreams=(upstream,), profile="llamacpp")
+    route = ModelRoute(name="tiny", upstreams=(upstream,), profile="llamacpp@b9174")
     return Settings(models=(route,), capture_dir=capture)
 
 

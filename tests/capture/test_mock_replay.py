@@ -159,10 +159,12 @@ def test_proxy_answers_an_unreachable_upstream_and_records_it(tmp_path: Path) ->
 
 def test_gateway_records_a_client_that_goes_away(tmp_path: Path) -> None:
     recorded = tmp_path / "slow"
-    sent = prepare("chat", CHAT, get_profile("vllm")).body  # what the gateway sends
+    sent = prepare("chat", CHAT, get_profile("vllm@0.32")).body  # what the gateway sends
     write_store(recorded, [backend_record(sent, chat_chunks(["x"] * 40), step_ms=50)])
     with RunningApp(MockBackend(Playbook.of(CaptureReader(recorded).records()), "original")) as mock:
-        settings = Settings(models=(ModelRoute("tiny", (mock.url,), profile="vllm"),), capture_dir=tmp_path / "cap")
+        settings = Settings(
+            models=(ModelRoute("tiny", (mock.url,), profile="vllm@0.32"),), capture_dir=tmp_path / "cap"
+        )
         with RunningApp(Gateway(settings)) as gw:
 
             async def leave_early() -> None:

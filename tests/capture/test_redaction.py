@@ -65,7 +65,7 @@ def test_gateway_capture_keeps_no_key(tmp_path: Path, caplog: pytest.LogCaptureF
     folder = tmp_path / "capture"
     backend = EchoBackend(cookie=f"session={SET_COOKIE}; HttpOnly")
     with RunningApp(backend) as upstream:
-        route = ModelRoute(name="tiny", upstreams=(upstream.url,), profile="llamacpp", upstream_api_key=UPSTREAM)
+        route = ModelRoute(name="tiny", upstreams=(upstream.url,), profile="llamacpp@b9174", upstream_api_key=UPSTREAM)
         settings = Settings(
             models=(route,),
             api_keys=(CLIENT,),
@@ -121,7 +121,7 @@ def test_proxy_forwards_the_key_but_records_none(tmp_path: Path, caplog: pytest.
 def test_records_say_what_was_redacted_never_the_value(tmp_path: Path) -> None:
     folder = tmp_path / "capture"
     with RunningApp(EchoBackend()) as upstream:
-        route = ModelRoute(name="tiny", upstreams=(upstream.url,), profile="llamacpp")
+        route = ModelRoute(name="tiny", upstreams=(upstream.url,), profile="llamacpp@b9174")
         settings = Settings(models=(route,), capture_dir=folder)
         with RunningApp(Gateway(settings)) as gw:
             post(gw.url + "/v1/chat/completions", CHAT, {"Authorization": f"Bearer {CLIENT}"})

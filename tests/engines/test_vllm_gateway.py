@@ -72,7 +72,7 @@ def gateway(backend: Replayer, request: pytest.FixtureRequest) -> Iterator[str]:
     backend.queue.clear()
     backend.seen.clear()
     repair = getattr(request, "param", True)
-    route = ModelRoute(name="tiny", upstreams=(backend.url,), profile="vllm")
+    route = ModelRoute(name="tiny", upstreams=(backend.url,), profile="vllm@0.32")
     with RunningGateway(Settings(models=(route,), port=free_port(), text_repair=repair)) as running:
         yield running.url
 

@@ -1,8 +1,10 @@
-"""A simulated TensorRT-LLM 1.3.0rc6 backend serving Qwen3, for seed 004 — a TEST DOUBLE, not the engine.
+"""A simulated TensorRT-LLM 1.3.0rc6 backend serving Qwen3 to an agent — a TEST DOUBLE, not the engine.
 
-What it does is written from seed 004 (trtllm-serve 1.3.0rc6, Qwen3-32B-NVFP4, ``--tool_parser`` on, no
-``--reasoning_parser``; problems P0–P5 seen with a JSONL logging proxy in front of OpenClaw),
-``shared/docs/backend-quirks.md`` §3 (rows T-*) and the byte style of ``tests/fixtures/trtllm/``.
+What it does is written from ``docs/backend-quirks.md`` §3 (rows T-*) for one setup — trtllm-serve
+1.3.0rc6, Qwen3-32B-NVFP4, ``--tool_parser`` on, no ``--reasoning_parser``, behind the OpenClaw agent,
+where a JSONL logging proxy found six problems (P0 developer dropped, T-2; P1 ``<think>`` in content,
+T-18; P2 a fresh id per chunk, T-11; P3 ``tool_calls: []``, T-15; P4 null extras, T-14; P5 history
+``reasoning_content`` refused, T-2) — and the byte style of ``tests/fixtures/trtllm/``.
 Nothing here was recorded from a real server; the engine integration tests run real engines.
 
 :class:`TrtSim` is a ``responder`` for :class:`_servers.Replayer` (``Seen -> Canned``):
@@ -16,11 +18,11 @@ Nothing here was recorded from a real server; the engine integration tests run r
   other than none/auto/named; ``stream_options`` without ``stream`` (T-9).
 * It RENDERS the messages with Qwen3's chat template, which knows system/user/assistant/tool only:
   ``developer`` messages are silently dropped (P0) and counted in :attr:`TrtSim.developer_seen`.
-* Its "model" is deterministic: as in the seed, the tool instructions live in the system prompt, so
+* Its "model" is deterministic: as in that setup, the tool instructions live in the system prompt, so
   it calls a tool only when the rendered system prompt names it, tools were offered, the last
   message is a user message asking for weather (``get_weather``) or a search (``web_search``).
   After a tool result it answers with that result; otherwise it answers plainly (saying it cannot
-  fetch live data when asked for it — the seed's symptom). Every answer starts with a
+  fetch live data when asked for it — the symptom the agent's users saw). Every answer starts with a
   ``<think>…</think>`` block.
 * It ANSWERS in 1.3.0rc6's shape: no reasoning parser, so ``<think>`` stays in ``content`` and
   ``reasoning_content`` is ``""`` (P1); a fresh ``id`` (and ``created`` that moves on) per chunk
@@ -109,7 +111,7 @@ NULL_CHOICE_EXTRAS = {
     "disaggregated_params": None,
     "avg_decoded_tokens_per_iter": None,
 }
-CREATED = 1772100000  # the seed's days (2026-02); moves on one second every few chunks (T-11)
+CREATED = 1772100000  # the days of that setup (2026-02); moves on one second every few chunks (T-11)
 CHUNKS_PER_SECOND = 8
 
 # What the simulated model thinks and says.

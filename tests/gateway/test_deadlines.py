@@ -41,7 +41,7 @@ def last_event(url: str) -> tuple[float, dict[str, Any]]:
 def test_a_head_slower_than_first_byte_is_504_at_first_byte_not_at_idle(backend: Replayer, gateways: Any) -> None:
     """idle_timeout is for silences inside a body: a shorter one must not cut the wait for the head
     (a backend that never answered ended after the idle 300 s with a message saying 600 s)."""
-    url = gateways("vllm", first_byte_timeout=0.8, idle_timeout=0.2)
+    url = gateways("vllm@0.32", first_byte_timeout=0.8, idle_timeout=0.2)
     backend.push(Canned(PLAIN, head_delay=2.0))
     took, error = timed_error(url)
     assert 0.7 < took < 1.6
@@ -49,7 +49,7 @@ def test_a_head_slower_than_first_byte_is_504_at_first_byte_not_at_idle(backend:
 
 
 def test_a_silence_in_the_body_names_idle_timeout(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", idle_timeout=0.3)
+    url = gateways("vllm@0.32", idle_timeout=0.3)
     backend.push(Canned(PLAIN, piece=len(PLAIN) // 2 + 1, delay=1.0))
     took, error = timed_error(url)
     assert 0.25 < took < 0.9
@@ -63,7 +63,7 @@ def test_a_silence_in_the_body_names_idle_timeout(backend: Replayer, gateways: A
 
 def test_the_total_deadline_ends_a_body_that_keeps_trickling(backend: Replayer, gateways: Any) -> None:
     """Pieces every 0.15 s never trip the idle timeout; the total deadline ends the exchange."""
-    url = gateways("vllm", idle_timeout=5.0, total_timeout=0.6)
+    url = gateways("vllm@0.32", idle_timeout=5.0, total_timeout=0.6)
     backend.push(Canned(PLAIN, piece=len(PLAIN) // 12 + 1, delay=0.15))
     took, error = timed_error(url)
     assert 0.5 < took < 1.3
@@ -77,7 +77,7 @@ def test_the_total_deadline_ends_a_body_that_keeps_trickling(backend: Replayer, 
 
 
 def test_the_total_deadline_also_bounds_the_wait_for_the_head(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", first_byte_timeout=30.0, total_timeout=0.5)
+    url = gateways("vllm@0.32", first_byte_timeout=30.0, total_timeout=0.5)
     backend.push(Canned(PLAIN, head_delay=2.0))
     took, error = timed_error(url)
     assert 0.4 < took < 1.2
@@ -85,7 +85,7 @@ def test_the_total_deadline_also_bounds_the_wait_for_the_head(backend: Replayer,
 
 
 def test_an_exchange_within_every_deadline_is_untouched(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", idle_timeout=0.5, total_timeout=3.0, first_byte_timeout=1.0)
+    url = gateways("vllm@0.32", idle_timeout=0.5, total_timeout=3.0, first_byte_timeout=1.0)
     backend.push(Canned(PLAIN, head_delay=0.3, piece=len(PLAIN) // 4 + 1, delay=0.2))
     status, _, body = call(url + "/v1/chat/completions", "POST", CHAT)
     assert status == 200 and json.loads(body)["object"] == "chat.completion"
@@ -113,7 +113,7 @@ def never_accepting() -> Iterator[str]:
 def test_a_backend_that_does_not_accept_names_connect_timeout() -> None:
     with (
         never_accepting() as upstream,
-        gateway(ModelRoute("*", (upstream,), profile="vllm"), connect_timeout=0.4) as url,
+        gateway(ModelRoute("*", (upstream,), profile="vllm@0.32"), connect_timeout=0.4) as url,
     ):
         took, error = timed_error(url)
     assert 0.3 < took < 1.5

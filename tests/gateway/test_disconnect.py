@@ -41,7 +41,7 @@ def gone_within_bound(backend: Replayer, closed: float) -> float:
 
 def test_raw_socket_client_closing_after_the_first_chunk(backend: Replayer, gateways: Any) -> None:
     backend.push(slow_stream())
-    address = urlsplit(gateways("vllm"))
+    address = urlsplit(gateways("vllm@0.32"))
     body = json.dumps(REQUEST).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {address.netloc}\r\n"
@@ -65,7 +65,7 @@ def test_raw_socket_client_closing_after_the_first_chunk(backend: Replayer, gate
 def test_sdk_client_closing_its_stream(backend: Replayer, gateways: Any) -> None:
     """An SDK user who stops iterating and closes the stream."""
     backend.push(slow_stream())
-    client = openai.OpenAI(base_url=gateways("vllm") + "/v1", api_key="x", max_retries=0, timeout=10)
+    client = openai.OpenAI(base_url=gateways("vllm@0.32") + "/v1", api_key="x", max_retries=0, timeout=10)
     stream = client.chat.completions.create(model="tiny", messages=REQUEST["messages"], stream=True)
     first = next(iter(stream))
     assert first.choices[0].delta.role == "assistant"
@@ -78,7 +78,7 @@ def test_sdk_client_closing_its_stream(backend: Replayer, gateways: Any) -> None
 def test_plain_request_client_going_away_closes_the_upstream(backend: Replayer, gateways: Any) -> None:
     raw = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(raw, piece=max(1, len(raw) // 40), delay=DELAY))  # 2 s to send the body
-    address = urlsplit(gateways("vllm"))
+    address = urlsplit(gateways("vllm@0.32"))
     body = json.dumps({**REQUEST, "stream": False}).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {address.netloc}\r\n"

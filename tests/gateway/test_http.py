@@ -88,7 +88,7 @@ def closed_url() -> str:
 
 
 def test_health(backend: Replayer, gateways: Any) -> None:
-    status, headers, body = call(gateways("vllm") + "/health")
+    status, headers, body = call(gateways("vllm@0.32") + "/health")
     assert (status, json.loads(body)) == (200, {"status": "ok"})
     assert headers["content-type"].startswith("application/json")
     assert backend.seen == []
@@ -108,7 +108,7 @@ def model_cards(body: bytes, status: int, headers: dict[str, str]) -> list[dict[
 
 def test_models_from_the_served_name(backend: Replayer, gateways: Any) -> None:
     before = time.time()
-    status, headers, body = call(gateways("vllm", name="tiny") + "/v1/models")
+    status, headers, body = call(gateways("vllm@0.32", name="tiny") + "/v1/models")
     cards = model_cards(body, status, headers)
     assert [c["id"] for c in cards] == ["tiny"]
     assert cards[0]["created"] <= before + 1
@@ -119,13 +119,13 @@ def test_models_from_the_served_name(backend: Replayer, gateways: Any) -> None:
 def test_models_from_the_upstream_list(backend: Replayer, gateways: Any, folder: Path, name: str) -> None:
     raw = (folder / f"{name}.body").read_bytes()
     backend.push(Canned(raw))
-    status, headers, body = call(gateways("vllm") + "/v1/models")
+    status, headers, body = call(gateways("vllm@0.32") + "/v1/models")
     cards = model_cards(body, status, headers)
     assert [c["id"] for c in cards] == [m["id"] for m in json.loads(raw)["data"]]
     assert [(s.method, s.path) for s in backend.seen] == [("GET", "/v1/models")]
     # the official SDK reads it
     backend.push(Canned(raw))
-    client = openai.OpenAI(base_url=gateways("vllm") + "/v1", api_key="x", max_retries=0)
+    client = openai.OpenAI(base_url=gateways("vllm@0.32") + "/v1", api_key="x", max_retries=0)
     assert [m.id for m in client.models.list()] == [m["id"] for m in json.loads(raw)["data"]]
 
 
@@ -134,7 +134,7 @@ def test_models_from_the_upstream_list(backend: Replayer, gateways: Any, folder:
 
 
 def test_api_keys(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", api_keys=(CLIENT_KEY, OTHER_KEY))
+    url = gateways("vllm@0.32", api_keys=(CLIENT_KEY, OTHER_KEY))
     for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Bearer {CLIENT_KEY}x"}):
         error = official_error(*call(url + "/v1/chat/completions", "POST", CHAT, headers), 401)
         assert error["code"] == "invalid_api_key"
@@ -156,7 +156,7 @@ def test_api_keys(backend: Replayer, gateways: Any) -> None:
 
 def test_keys_stay_out_of_the_log_and_off_the_upstream(backend: Replayer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    route = ModelRoute("tiny", (closed_url(), backend.url), profile="vllm", upstream_api_key=UPSTREAM_KEY)
+    route = ModelRoute("tiny", (closed_url(), backend.url), profile="vllm@0.32", upstream_api_key=UPSTREAM_KEY)
     with gateway(route, api_keys=(CLIENT_KEY,)) as url:
         good, bad = {"authorization": f"Bearer {CLIENT_KEY}"}, {"authorization": f"Bearer {CLIENT_KEY}-nope"}
         backend.push(answer("one"), answer("two"), Canned(b'{"version":"0.32.0"}'))
@@ -174,7 +174,7 @@ def test_keys_stay_out_of_the_log_and_off_the_upstream(backend: Replayer, caplog
 
 
 def test_client_key_not_forwarded_without_an_upstream_key(backend: Replayer) -> None:
-    with gateway(ModelRoute("tiny", (backend.url,), profile="vllm"), api_keys=(CLIENT_KEY,)) as url:
+    with gateway(ModelRoute("tiny", (backend.url,), profile="vllm@0.32"), api_keys=(CLIENT_KEY,)) as url:
         backend.push(answer("one"))
         assert call(url + "/v1/chat/completions", "POST", CHAT, {"authorization": f"Bearer {CLIENT_KEY}"})[0] == 200
         backend.push(Canned(b"{}"))
@@ -189,7 +189,7 @@ def test_client_key_not_forwarded_without_an_upstream_key(backend: Replayer) -> 
 
 
 def test_body_over_the_limit_is_413(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", max_body_bytes=1000)
+    url = gateways("vllm@0.32", max_body_bytes=1000)
     big = {**CHAT, "messages": [{"role": "user", "content": "x" * 2000}]}
     error = official_error(*call(url + "/v1/chat/completions", "POST", big), 413)
     assert error["type"] == "invalid_request_error"
@@ -201,13 +201,13 @@ def test_body_over_the_limit_is_413(backend: Replayer, gateways: Any) -> None:
 
 @pytest.mark.parametrize("body", [b"{not json", b"", b'{"model": "tiny",', b"\xff\xfe{}"])
 def test_body_that_is_not_json_is_400(backend: Replayer, gateways: Any, body: bytes) -> None:
-    error = official_error(*call(gateways("vllm") + "/v1/chat/completions", "POST", body), 400)
+    error = official_error(*call(gateways("vllm@0.32") + "/v1/chat/completions", "POST", body), 400)
     assert error["type"] == "invalid_request_error" and "JSON" in error["message"]
     assert backend.seen == []
 
 
 def test_unknown_model_with_a_named_route_is_404(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", name="tiny")
+    url = gateways("vllm@0.32", name="tiny")
     error = official_error(*call(url + "/v1/chat/completions", "POST", {**CHAT, "model": "gpt-9"}), 404)
     assert (error["type"], error["code"]) == ("invalid_request_error", "model_not_found")
     assert "gpt-9" in error["message"]
@@ -254,7 +254,7 @@ def test_invalid_requests_are_400_and_never_reach_the_upstream(backend: Replayer
 
 
 def test_replica_refusing_connections_is_skipped(backend: Replayer) -> None:
-    with gateway(ModelRoute("tiny", (closed_url(), backend.url), profile="vllm")) as url:
+    with gateway(ModelRoute("tiny", (closed_url(), backend.url), profile="vllm@0.32")) as url:
         for i in range(3):
             backend.push(answer(f"answer {i}"))
             status, _, body = call(url + "/v1/chat/completions", "POST", CHAT)
@@ -267,7 +267,7 @@ def test_round_robin_between_live_replicas() -> None:
         first, second = stack.enter_context(Replayer()), stack.enter_context(Replayer())
         first.push(*(answer("first") for _ in range(3)))
         second.push(*(answer("second") for _ in range(3)))
-        url = stack.enter_context(gateway(ModelRoute("tiny", (first.url, second.url), profile="vllm")))
+        url = stack.enter_context(gateway(ModelRoute("tiny", (first.url, second.url), profile="vllm@0.32")))
         served = []
         for _ in range(4):
             status, _, body = call(url + "/v1/chat/completions", "POST", CHAT)
@@ -278,7 +278,7 @@ def test_round_robin_between_live_replicas() -> None:
 
 
 def test_upstream_down_is_502() -> None:
-    with gateway(ModelRoute("*", (closed_url(), closed_url()), profile="vllm")) as url:
+    with gateway(ModelRoute("*", (closed_url(), closed_url()), profile="vllm@0.32")) as url:
         for path, method, body in (
             ("/v1/chat/completions", "POST", CHAT),
             ("/v1/chat/completions", "POST", {**CHAT, "stream": True}),
@@ -312,7 +312,7 @@ def test_upstream_down_with_auto_profile_is_502_and_detection_retried() -> None:
 
 
 def test_upstream_slower_than_first_byte_timeout_is_504(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", first_byte_timeout=0.3)
+    url = gateways("vllm@0.32", first_byte_timeout=0.3)
     for stream in (False, True):
         backend.push(Canned((VLLM / "s1_chat.body").read_bytes(), head_delay=1.0))
         started = time.monotonic()
@@ -344,7 +344,7 @@ def not_http() -> Iterator[str]:
 
 
 def test_upstream_that_does_not_speak_http_is_502() -> None:
-    with not_http() as upstream, gateway(ModelRoute("*", (upstream,), profile="vllm")) as url:
+    with not_http() as upstream, gateway(ModelRoute("*", (upstream,), profile="vllm@0.32")) as url:
         for path, method, body in (("/v1/chat/completions", "POST", CHAT), ("/version", "GET", None)):
             error = official_error(*call(url + path, method, body), 502)
             assert error["type"] == "server_error"
@@ -354,12 +354,12 @@ def test_plain_body_cut_short_is_502(backend: Replayer, gateways: Any) -> None:
     """The upstream said how long its body is and sent less."""
     raw = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(raw, headers={"content-length": str(len(raw))}, cut_after=len(raw) // 2))
-    error = official_error(*call(gateways("vllm") + "/v1/chat/completions", "POST", CHAT), 502)
+    error = official_error(*call(gateways("vllm@0.32") + "/v1/chat/completions", "POST", CHAT), 502)
     assert error["type"] == "server_error"
 
 
 def test_upstream_idle_in_the_middle_of_a_body(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", idle_timeout=0.3)
+    url = gateways("vllm@0.32", idle_timeout=0.3)
     plain = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(plain, piece=len(plain) // 2 + 1, delay=0.8))
     error = official_error(*call(url + "/v1/chat/completions", "POST", CHAT), 504)

@@ -51,14 +51,14 @@ REFUSED: list[tuple[str, bytes, str | None]] = [
 
 @pytest.mark.parametrize(("label", "raw", "param"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_odd_bodies_are_400(backend: Replayer, gateways: Any, label: str, raw: bytes, param: str | None) -> None:
-    url = gateways("vllm", name="tiny")
+    url = gateways("vllm@0.32", name="tiny")
     error = official_error(*call(url + "/v1/chat/completions", "POST", raw), 400)
     assert (error["type"], error["param"]) == ("invalid_request_error", param)
     assert backend.seen == []
 
 
 def test_the_depth_limit_is_inclusive(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", name="tiny")
+    url = gateways("vllm@0.32", name="tiny")
     # The body is level 0 and the field's array level 1: MAX_DEPTH levels below the body pass.
     deep = chat_with(b'"extra": ' + nested(MAX_DEPTH))
     error = official_error(*call(url + "/v1/chat/completions", "POST", deep), 400)
@@ -84,7 +84,7 @@ def test_the_depth_limit_is_inclusive(backend: Replayer, gateways: Any) -> None:
 def test_edge_bodies_the_official_api_accepts_go_through(
     backend: Replayer, gateways: Any, label: str, raw: bytes
 ) -> None:
-    url = gateways("vllm", name="tiny")
+    url = gateways("vllm@0.32", name="tiny")
     backend.push(Canned((VLLM / "s1_chat.body").read_bytes()))
     status, _, body = call(url + "/v1/chat/completions", "POST", raw)
     assert status == 200, body

@@ -108,7 +108,7 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
 
 @pytest.mark.parametrize("method", [b"POST", b"GET", b"DELETE"])
 def test_a_request_line_cannot_name_another_host(backend: Replayer, gateways: Any, method: bytes) -> None:
-    url = gateways("vllm")
+    url = gateways("vllm@0.32")
     with listener() as (port, got):
         for target in (f"*@127.0.0.1:{port}/x", f"*@127.0.0.1:{port}/v1/chat/completions"):
             status, _, body = raw_request(
@@ -124,7 +124,7 @@ def test_a_request_line_cannot_name_another_host(backend: Replayer, gateways: An
 
 def test_asterisk_form_is_400(backend: Replayer, gateways: Any) -> None:
     for method in (b"OPTIONS", b"GET", b"POST"):
-        status, _, body = raw_request(gateways("vllm"), method + b" * HTTP/1.1")
+        status, _, body = raw_request(gateways("vllm@0.32"), method + b" * HTTP/1.1")
         official_error(status, None, body, 400)
     assert backend.seen == []
 
@@ -147,7 +147,7 @@ SPELLINGS = [
 
 @pytest.mark.parametrize("target", SPELLINGS)
 def test_any_spelling_of_an_endpoint_is_validated(backend: Replayer, gateways: Any, target: str) -> None:
-    url = gateways("vllm")
+    url = gateways("vllm@0.32")
     for body, param in (({**CHAT, "n": 0}, "n"), ({**CHAT, "temperature": 9}, "temperature")):
         error = official_error(*call(url, "POST", target, body), 400)
         assert (error["type"], error["param"]) == ("invalid_request_error", param)
@@ -158,7 +158,7 @@ def test_any_spelling_of_an_endpoint_is_validated(backend: Replayer, gateways: A
 def test_any_spelling_of_an_endpoint_is_normalised(backend: Replayer, gateways: Any, target: str) -> None:
     raw = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(raw))
-    status, _, body = call(gateways("vllm"), "POST", target, CHAT)
+    status, _, body = call(gateways("vllm@0.32"), "POST", target, CHAT)
     assert status == 200
     answer = json.loads(body)
     assert answer["model"] == "tiny" and "prompt_logprobs" not in answer  # the gateway's rewrite, not raw
@@ -181,7 +181,7 @@ def test_any_spelling_of_an_endpoint_is_normalised(backend: Replayer, gateways: 
     ],
 )
 def test_encoded_delimiters_are_refused(backend: Replayer, gateways: Any, target: str) -> None:
-    error = official_error(*call(gateways("vllm"), "POST", target, {**CHAT, "n": 0}), 400)
+    error = official_error(*call(gateways("vllm@0.32"), "POST", target, {**CHAT, "n": 0}), 400)
     assert error["type"] == "invalid_request_error" and error["message"].startswith("Invalid URL (POST ")
     assert backend.seen == []
 
@@ -206,7 +206,7 @@ ADMIN = [
 
 
 def test_backend_routes_off_the_list_are_404(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm")
+    url = gateways("vllm@0.32")
     for method, path in ADMIN:
         error = official_error(*call(url, method, path, {"lora_name": "x", "lora_path": "/tmp/x"}), 404)
         assert (error["message"], error["type"]) == (f"Invalid URL ({method} {path})", "invalid_request_error")
@@ -217,7 +217,7 @@ def test_backend_routes_off_the_list_are_404(backend: Replayer, gateways: Any) -
 
 
 def test_wrong_method_on_an_openai_path_is_405(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm")
+    url = gateways("vllm@0.32")
     for method, path in (
         ("GET", "/v1/chat/completions"),
         ("PUT", "/v1/chat/completions"),
@@ -236,7 +236,7 @@ def test_wrong_method_on_an_openai_path_is_405(backend: Replayer, gateways: Any)
 
 
 def test_listed_paths_pass_through_with_clean_headers(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", passthrough=(*DEFAULT_PASSTHROUGH, "GET /props", "GET /slots/*"))
+    url = gateways("vllm@0.32", passthrough=(*DEFAULT_PASSTHROUGH, "GET /props", "GET /slots/*"))
     tokenize_request = (VLLM / "s3x_tokenize_dev.req.json").read_bytes()
     tokenize_answer = (VLLM / "s3x_tokenize_dev.body").read_bytes()
     version = (VLLM / "s1_version.body").read_bytes()
@@ -269,7 +269,7 @@ def test_listed_paths_pass_through_with_clean_headers(backend: Replayer, gateway
 
 
 def test_passthrough_errors_are_official(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", passthrough=("GET /props", "POST /tokenize"))
+    url = gateways("vllm@0.32", passthrough=("GET /props", "POST /tokenize"))
     backend.push(
         Canned((LLAMA / "ls.notfound.body").read_bytes(), status=404),
         Canned(b'{"detail": [{"loc": ["body", "prompt"], "msg": "Field required", "type": "missing"}]}', status=422),
@@ -284,14 +284,14 @@ def test_passthrough_errors_are_official(backend: Replayer, gateways: Any) -> No
 
 
 def test_an_empty_list_passes_nothing(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", passthrough=())
+    url = gateways("vllm@0.32", passthrough=())
     official_error(*call(url, "POST", "/tokenize", {"prompt": "x"}), 404)
     official_error(*call(url, "GET", "/version"), 404)
     assert backend.seen == []
 
 
 def test_model_retrieve(backend: Replayer) -> None:
-    settings = Settings(models=(ModelRoute("tiny", (backend.url,), profile="vllm"),), port=free_port())
+    settings = Settings(models=(ModelRoute("tiny", (backend.url,), profile="vllm@0.32"),), port=free_port())
     with RunningGateway(settings) as gw:
         status, _, body = call(gw.url, "GET", "/v1/models/tiny")
         assert status == 200 and json.loads(body)["id"] == "tiny"

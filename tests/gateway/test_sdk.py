@@ -208,16 +208,22 @@ def request_of(directory: Path, name: str, **defaults: Any) -> dict[str, Any]:
 TOOLS_LLAMA = {"tools": [WEATHER_TOOL], "tool_choice": "required", "max_tokens": 256}
 # (profile, folder, non-stream recording, stream recording, request fields for recordings without one)
 CHAT_CASES = [
-    ("vllm", VLLM, "s1_chat", "s1_chat_stream", {}),
-    ("vllm", VLLM, "s3x_nothink_tool_regex", "s3x_nothink_tool_regex_stream", {}),
-    ("vllm", VLLM, "s3_force_regex_think", "s3_force_regex_think_stream", {}),
-    ("vllm", VLLM, "s1_chat_logprobs", "s1_chat_logprobs_stream", {}),
-    ("vllm", VLLM, "s1_n2", "s1_n2_stream", {}),
-    ("llamacpp", LLAMA, "ls.chat_nonstream", "ls.chat_stream", {"messages": HELLO, "max_tokens": 16}),
-    ("llamacpp", LLAMA, "ls.chat_tools_forced", "ls.chat_tools_forced_stream", {"messages": HELLO, **TOOLS_LLAMA}),
-    ("llamacpp", LLAMA, "ls.chat_grammar", "ls.chat_grammar_stream", {"messages": HELLO}),
-    ("llamacpp", LLAMA, "ls.chat_logprobs", "ls.chat_stream_logprobs", {"messages": HELLO, "logprobs": True}),
-    ("llamacpp", LLAMA, "ls.chat_n2", None, {"messages": HELLO, "n": 2, "max_tokens": 4}),
+    ("vllm@0.32", VLLM, "s1_chat", "s1_chat_stream", {}),
+    ("vllm@0.32", VLLM, "s3x_nothink_tool_regex", "s3x_nothink_tool_regex_stream", {}),
+    ("vllm@0.32", VLLM, "s3_force_regex_think", "s3_force_regex_think_stream", {}),
+    ("vllm@0.32", VLLM, "s1_chat_logprobs", "s1_chat_logprobs_stream", {}),
+    ("vllm@0.32", VLLM, "s1_n2", "s1_n2_stream", {}),
+    ("llamacpp@b9174", LLAMA, "ls.chat_nonstream", "ls.chat_stream", {"messages": HELLO, "max_tokens": 16}),
+    (
+        "llamacpp@b9174",
+        LLAMA,
+        "ls.chat_tools_forced",
+        "ls.chat_tools_forced_stream",
+        {"messages": HELLO, **TOOLS_LLAMA},
+    ),
+    ("llamacpp@b9174", LLAMA, "ls.chat_grammar", "ls.chat_grammar_stream", {"messages": HELLO}),
+    ("llamacpp@b9174", LLAMA, "ls.chat_logprobs", "ls.chat_stream_logprobs", {"messages": HELLO, "logprobs": True}),
+    ("llamacpp@b9174", LLAMA, "ls.chat_n2", None, {"messages": HELLO, "n": 2, "max_tokens": 4}),
 ]
 CHAT_IDS = [case[2] for case in CHAT_CASES]
 
@@ -345,10 +351,10 @@ def test_stream_helper_accumulates_the_tool_calls_of_the_plain_answer(
 # Legacy completions and embeddings
 
 COMPLETION_CASES = [
-    ("vllm", VLLM, "s1_completions_default", {}),
-    ("vllm", VLLM, "s1_completions_stream", {}),
-    ("llamacpp", LLAMA, "ls.completions_stream", {"prompt": "def hello", "max_tokens": 16}),
-    ("llamacpp", LLAMA, "ls.completions_logprobs", {"prompt": "def hello", "max_tokens": 4, "logprobs": 1}),
+    ("vllm@0.32", VLLM, "s1_completions_default", {}),
+    ("vllm@0.32", VLLM, "s1_completions_stream", {}),
+    ("llamacpp@b9174", LLAMA, "ls.completions_stream", {"prompt": "def hello", "max_tokens": 16}),
+    ("llamacpp@b9174", LLAMA, "ls.completions_logprobs", {"prompt": "def hello", "max_tokens": 4, "logprobs": 1}),
 ]
 
 
@@ -390,7 +396,7 @@ def test_legacy_completions(
 
 def test_embeddings_floats_and_base64(backend: Replayer, clients: Any) -> None:
     """The SDK asks for base64 unless told otherwise and decodes it; a float answer also reads."""
-    sync, asynchronous = clients("vllm")
+    sync, asynchronous = clients("vllm@0.32")
     raw = (FIXTURES / "vllm" / "embeddings.json").read_bytes()
     floats = json.loads(raw)["data"][0]["embedding"]
     backend.push(Canned(raw))
@@ -414,9 +420,9 @@ def test_embeddings_floats_and_base64(backend: Replayer, clients: Any) -> None:
 @pytest.mark.parametrize(
     ("folder", "name", "profile", "cut"),
     [
-        (VLLM, "s1_chat_stream", "vllm", "mid-event"),
-        (VLLM, "s3x_nothink_tool_regex_stream", "vllm", "between-events"),
-        (LLAMA, "ls.chat_stream", "llamacpp", "mid-event"),
+        (VLLM, "s1_chat_stream", "vllm@0.32", "mid-event"),
+        (VLLM, "s3x_nothink_tool_regex_stream", "vllm@0.32", "between-events"),
+        (LLAMA, "ls.chat_stream", "llamacpp@b9174", "mid-event"),
     ],
 )
 def test_stream_cut_mid_way_raises(
@@ -452,7 +458,7 @@ def test_stream_cut_mid_way_raises(
 
 
 def test_plain_answer_cut_mid_way_raises(backend: Replayer, clients: Any) -> None:
-    sync, _ = clients("vllm")
+    sync, _ = clients("vllm@0.32")
     raw = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(raw, cut_after=len(raw) // 2))
     with pytest.raises(openai.InternalServerError):
@@ -463,9 +469,14 @@ def test_plain_answer_cut_mid_way_raises(backend: Replayer, clients: Any) -> Non
     ("profile", "folder", "name", "expected"),
     [
         # vLLM's own code is the integer 400; the official body has a string or null there.
-        ("vllm", VLLM, "s1_invalid_maxtokens", ("invalid_request_error", "max_tokens", None)),
+        ("vllm@0.32", VLLM, "s1_invalid_maxtokens", ("invalid_request_error", "max_tokens", None)),
         # OpenAI says a context overflow with this type, param and code (openai-wire-format.md §5).
-        ("llamacpp", LLAMA, "ls.err_ctx_overflow", ("invalid_request_error", "messages", "context_length_exceeded")),
+        (
+            "llamacpp@b9174",
+            LLAMA,
+            "ls.err_ctx_overflow",
+            ("invalid_request_error", "messages", "context_length_exceeded"),
+        ),
     ],
 )
 def test_upstream_400_raises_bad_request_as_openai_would(

@@ -31,8 +31,8 @@ MASK = b"[REDACTED]"
 @contextmanager
 def keyed_gateway(backend: Replayer, **settings: Any) -> Iterator[str]:
     routes = (
-        ModelRoute("tiny", (backend.url,), profile="vllm", upstream_api_key=UPSTREAM_KEY),
-        ModelRoute("other", (backend.url,), profile="vllm", upstream_api_key=OTHER_UPSTREAM_KEY),
+        ModelRoute("tiny", (backend.url,), profile="vllm@0.32", upstream_api_key=UPSTREAM_KEY),
+        ModelRoute("other", (backend.url,), profile="vllm@0.32", upstream_api_key=OTHER_UPSTREAM_KEY),
     )
     with RunningGateway(Settings(models=routes, port=free_port(), api_keys=(CLIENT_KEY,), **settings)) as gw:
         yield gw.url
@@ -100,7 +100,7 @@ RETRY = {
 
 
 def test_retry_headers_survive_every_relayed_error(backend: Replayer, gateways: Any) -> None:
-    url = gateways("vllm", passthrough=("POST /tokenize",))
+    url = gateways("vllm@0.32", passthrough=("POST /tokenize",))
     busy = b'{"error": {"message": "Too many requests", "type": "RateLimitError", "code": 429}}'
     for path, body in (
         ("/v1/chat/completions", CHAT),
@@ -121,7 +121,7 @@ def test_retry_headers_survive_every_relayed_error(backend: Replayer, gateways: 
 def test_the_sdk_waits_as_the_backend_asked(backend: Replayer, gateways: Any) -> None:
     """The SDK reads retry-after-ms: with it, its one retry waits the backend's 1.2 s (without it,
     its own backoff: at most 0.5 s before the first retry)."""
-    url = gateways("vllm")
+    url = gateways("vllm@0.32")
     busy = b'{"error": {"message": "Too many requests", "type": "RateLimitError", "code": 429}}'
     chat = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(busy, status=429, headers={"retry-after-ms": "1200"}), Canned(chat))
@@ -135,7 +135,7 @@ def test_the_sdk_waits_as_the_backend_asked(backend: Replayer, gateways: Any) ->
 def test_a_broken_body_is_reported_in_a_sentence(backend: Replayer, gateways: Any) -> None:
     raw = (VLLM / "s1_chat.body").read_bytes()
     backend.push(Canned(raw, headers={"content-length": str(len(raw))}, cut_after=len(raw) // 2))
-    error = official_error(*call(gateways("vllm"), "POST", "/v1/chat/completions", CHAT), 502)
+    error = official_error(*call(gateways("vllm@0.32"), "POST", "/v1/chat/completions", CHAT), 502)
     message = error["message"]
     assert "<" not in message and ":" not in message, message  # no library repr
     assert message[0].isupper() and message.endswith(".") and "ContentLengthError" in message
@@ -144,7 +144,9 @@ def test_a_broken_body_is_reported_in_a_sentence(backend: Replayer, gateways: An
 @pytest.mark.parametrize("routes", [1, 2])
 def test_no_secrets_no_scrubbing(backend: Replayer, routes: int) -> None:
     """Short keys (under 8 characters) are not scrubbed: "k" would be masked in every word."""
-    models = tuple(ModelRoute(f"m{i}", (backend.url,), profile="vllm", upstream_api_key="k") for i in range(routes))
+    models = tuple(
+        ModelRoute(f"m{i}", (backend.url,), profile="vllm@0.32", upstream_api_key="k") for i in range(routes)
+    )
     with RunningGateway(Settings(models=models, port=free_port(), api_keys=("key",))) as gw:
         backend.push(Canned(chat_with("keys kept")))
         status, _, out = call(

@@ -98,7 +98,7 @@ def _json(obj: Any) -> str:
 
 
 def trtllm_stream(pieces: list[str], model: str = "Qwen3-32B-NVFP4") -> bytes:
-    """TRT-LLM 1.3.0rc6 (seed 004): role-only first chunk with a trailing space, a fresh id on every
+    """TRT-LLM 1.3.0rc6 (T-10, T-11): role-only first chunk with a trailing space, a fresh id on every
     chunk, ``"reasoning_content":""`` beside each content piece, the finish on the last piece."""
     out = []
 
@@ -189,8 +189,8 @@ def _same_style(built: bytes, recorded: bytes) -> None:
 
 
 def test_builders_write_each_backends_bytes() -> None:
-    seed004 = (FIXTURES / "trtllm" / "chat-stream-qwen3-seed004.sse").read_bytes()
-    _same_style(trtllm_stream(contents(seed004)), seed004)
+    think = (FIXTURES / "trtllm" / "chat-stream-qwen3-think-in-content.sse").read_bytes()
+    _same_style(trtllm_stream(contents(think)), think)
     think = (VLLM / "s1_force_regex_think_stream.body").read_bytes()
     _same_style(vllm_stream(contents(think)), think)
     # llama.cpp: the reasoning-format recording, its reasoning deltas written as content instead.
@@ -225,7 +225,7 @@ def _regex_literal(regex: str) -> str:
     return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), regex)
 
 
-SEED004 = manifest_case("trtllm", "chat-stream-qwen3-seed004")
+THINK_IN_CONTENT = manifest_case("trtllm", "chat-stream-qwen3-think-in-content")
 LLAMA_NONE = manifest_case("llamacpp", "chat-nonstream-reasoning-format-none")
 TOOLCALL_REQUEST = json.loads((VLLM / "s1_force_regex_toolcall_stream.req.json").read_text())
 HERMES_TEXT = _regex_literal(TOOLCALL_REQUEST["structured_outputs"]["regex"])
@@ -243,25 +243,25 @@ class Profile:
 
 
 PROFILES = {
-    # seed 004 P1: TRT-LLM without --reasoning_parser, <think> in content, reasoning_content "".
+    # T-18: TRT-LLM without --reasoning_parser, <think> in content, reasoning_content "".
     "trtllm@0": Profile(
         "trtllm@0",
-        SEED004["request"],
-        "".join(contents((FIXTURES / "trtllm" / SEED004["file"]).read_bytes())),
+        THINK_IN_CONTENT["request"],
+        "".join(contents((FIXTURES / "trtllm" / THINK_IN_CONTENT["file"]).read_bytes())),
         trtllm_stream,
-        (SEED004["text"], SEED004["reasoning"] + "\n", [], "stop"),
+        (THINK_IN_CONTENT["text"], THINK_IN_CONTENT["reasoning"] + "\n", [], "stop"),
     ),
     # llama.cpp with reasoning_format none: raw <think>…</think> in content.
-    "llamacpp": Profile(
-        "llamacpp",
+    "llamacpp@b9174": Profile(
+        "llamacpp@b9174",
         {**LLAMA_NONE["request"], "stream": True},
         json.loads((FIXTURES / "llamacpp" / LLAMA_NONE["file"]).read_bytes())["choices"][0]["message"]["content"],
         llamacpp_stream,
         (LLAMA_NONE["text"], LLAMA_NONE["reasoning"] + "\n", [], "stop"),
     ),
     # vLLM without --tool-call-parser: the hermes text its regex forced (s1_force_regex_toolcall), as content.
-    "vllm": Profile(
-        "vllm",
+    "vllm@0.32": Profile(
+        "vllm@0.32",
         TOOLCALL_REQUEST,
         HERMES_TEXT,
         vllm_stream,
@@ -279,8 +279,8 @@ def test_stream_repaired_clean_and_split_invariant(
 ) -> None:
     case = PROFILES[profile]
     if variant.startswith("pieces-"):
-        # The backend's own tokens (seed 004: the fixture's bytes), sent in TCP pieces of n bytes.
-        body = (FIXTURES / "trtllm" / SEED004["file"]).read_bytes() if profile == "trtllm@0" else None
+        # The backend's own tokens (TRT-LLM 1.3.0rc6: the fixture's bytes), sent in TCP pieces of n bytes.
+        body = (FIXTURES / "trtllm" / THINK_IN_CONTENT["file"]).read_bytes() if profile == "trtllm@0" else None
         body = body or case.build(token_split(case.text))
         canned = Canned(body, content_type="text/event-stream", piece=int(variant.removeprefix("pieces-")))
     else:
@@ -293,9 +293,9 @@ def test_stream_repaired_clean_and_split_invariant(
 def test_plain_bodies_repaired_the_same(backend: Replayer, gateways: Any) -> None:
     """The non-stream answers of the same backends give the client what their streams give."""
     bodies = {
-        "trtllm@0": (FIXTURES / "trtllm" / "chat-nonstream-qwen3-seed004.json").read_bytes(),
-        "llamacpp": (FIXTURES / "llamacpp" / LLAMA_NONE["file"]).read_bytes(),
-        "vllm": vllm_body(HERMES_TEXT),
+        "trtllm@0": (FIXTURES / "trtllm" / "chat-nonstream-qwen3-think-in-content.json").read_bytes(),
+        "llamacpp@b9174": (FIXTURES / "llamacpp" / LLAMA_NONE["file"]).read_bytes(),
+        "vllm@0.32": vllm_body(HERMES_TEXT),
     }
     for name, case in PROFILES.items():
         request = {k: v for k, v in case.request.items() if k != "stream"}
@@ -305,7 +305,7 @@ def test_plain_bodies_repaired_the_same(backend: Replayer, gateways: Any) -> Non
     request = {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who are you?"}]}
     raw = (LLAMA / "ls.chat_grammar_reasoning_none.body").read_bytes()
     assert json.loads(raw)["choices"][0]["message"]["content"] == "<think>abc</think>Hello"
-    got, _ = through_gateway(gateways("llamacpp"), backend, Canned(raw), request)
+    got, _ = through_gateway(gateways("llamacpp@b9174"), backend, Canned(raw), request)
     assert got == ("Hello", "abc", [], "stop")
 
 
@@ -315,7 +315,7 @@ def test_llamacpp_recording_as_a_stream(backend: Replayer, gateways: Any) -> Non
     body = llamacpp_stream(["<", "think", ">", "abc", "</", "think", ">", "Hello"], model="tiny-chatml")
     for piece in (0, 1):
         canned = Canned(body, content_type="text/event-stream", piece=piece)
-        got, _ = through_gateway(gateways("llamacpp"), backend, canned, request)
+        got, _ = through_gateway(gateways("llamacpp@b9174"), backend, canned, request)
         assert got == ("Hello", "abc", [], "stop")
 
 
@@ -332,7 +332,7 @@ SEARCH_TOOL = {"type": "function", "function": {"name": "web_search", "parameter
 
 @pytest.mark.parametrize("text", [HERMES_TEXT, MIXED], ids=["regex-forced-call", "reasoning-text-two-calls"])
 def test_sdk_stream_helper_gets_the_plain_answers_calls(backend: Replayer, gateways: Any, text: str) -> None:
-    client = openai.OpenAI(base_url=gateways("vllm") + "/v1", api_key="x", max_retries=0, timeout=20)
+    client = openai.OpenAI(base_url=gateways("vllm@0.32") + "/v1", api_key="x", max_retries=0, timeout=20)
     kwargs = {
         "model": "tiny",
         "messages": TOOLCALL_REQUEST["messages"],
@@ -363,7 +363,7 @@ def test_sdk_stream_helper_gets_the_plain_answers_calls(backend: Replayer, gatew
 
 
 # ---------------------------------------------------------------------------------------------------
-# Seed 003: the end of turn is never lost
+# The end of turn is never lost (a proxy's cleanup regex once ate it)
 
 HELLO = {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who are you?"}], "stream": True}
 
@@ -374,7 +374,7 @@ def test_end_of_turn_split_across_chunks(backend: Replayer, gateways: Any, clean
     """The last content piece is ``<|im_`` + ``end|>`` in two chunks: the client gets the tag whole in
     one delta, every character, the finish and ``[DONE]``; a special token that does not end the turn
     goes only when the cleanup is on, and text shaped like a tag (``<|x|>``) never."""
-    url = gateways("vllm", special_tokens=CHATML, display_cleanup=cleanup)
+    url = gateways("vllm@0.32", special_tokens=CHATML, display_cleanup=cleanup)
     body = vllm_stream(["Hello", "!", " I", "<|im_start|>", " am", "<|x|>", " Qwen", ".", "<|im_", "end|>"])
     canned = Canned(body, content_type="text/event-stream", piece=piece)
     got, raw = through_gateway(url, backend, canned, HELLO, EOT_RULES)
@@ -389,7 +389,7 @@ def test_end_of_turn_split_across_chunks(backend: Replayer, gateways: Any, clean
 def test_backend_generating_past_the_end_of_turn(backend: Replayer, gateways: Any, cleanup: bool) -> None:
     """A backend that misses its own end of turn keeps sending (no finish, no [DONE]): the gateway
     ends the choice at the tag, answers ``stop`` and ``[DONE]``, and closes the upstream."""
-    url = gateways("vllm", special_tokens=CHATML, display_cleanup=cleanup)
+    url = gateways("vllm@0.32", special_tokens=CHATML, display_cleanup=cleanup)
     run_on = ["<|im_start|>", "user", "\n", "Tell", " me", " more", "<|im_end|>", "\n"] * 40
     # The tag's second half and the run-on text share a chunk: nothing after the tag may pass.
     body = vllm_stream(["Hi", " there", ".<|im_", "end|><|im_start|>", "user", *run_on], finish=None, done=False)
@@ -422,7 +422,7 @@ def test_stop_string_enforced_at_the_gateway(backend: Replayer, gateways: Any, i
     canned = Canned(body, content_type="text/event-stream", piece=128, delay=0.02)
     assert len(body) / 128 * 0.02 > 6
     started = time.monotonic()
-    got, _ = through_gateway(gateways("vllm"), backend, canned, request)
+    got, _ = through_gateway(gateways("vllm@0.32"), backend, canned, request)
     took = time.monotonic() - started
     assert got == ("The answer is 42. END" if include else "The answer is 42. ", None, [], "stop")
     assert backend.seen[-1].json()["stop"] == ["END", "\n\n\n"]  # the backend was asked; it did not listen
@@ -438,8 +438,8 @@ def test_stop_string_split_invariant(backend: Replayer, gateways: Any, piece: in
     request: dict[str, Any] = {**HELLO, "stop": "END"}
     text = "Count: 1, 2, 3 END 4, 5"
     canned = Canned(vllm_stream(token_split(text)), content_type="text/event-stream", piece=piece)
-    got, _ = through_gateway(gateways("vllm"), backend, canned, request)
+    got, _ = through_gateway(gateways("vllm@0.32"), backend, canned, request)
     assert got == ("Count: 1, 2, 3 ", None, [], "stop")
     plain = {k: v for k, v in request.items() if k != "stream"}
-    got, _ = through_gateway(gateways("vllm"), backend, Canned(vllm_body(text, finish="length")), plain)
+    got, _ = through_gateway(gateways("vllm@0.32"), backend, Canned(vllm_body(text, finish="length")), plain)
     assert got == ("Count: 1, 2, 3 ", None, [], "stop")

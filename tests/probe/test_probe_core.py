@@ -37,8 +37,8 @@ JSON = {"content-type": "application/json"}
 
 # What issue 6 asks the catalogue to hold, by case id.
 REQUIRED = {
-    "seed000.fixed-request", "seed000.two-endpoints", "seed000.logprobs-chat", "seed000.logprobs-completions",
-    "seed000.stop", "seed000.stream-vs-plain", "seed000.unknown-field", "roles.developer",
+    "compat.fixed-request", "compat.two-endpoints", "compat.logprobs-chat", "compat.logprobs-completions",
+    "compat.stop", "compat.stream-vs-plain", "compat.unknown-field", "roles.developer",
     "history.reasoning-content", "tools.auto", "tools.required", "tools.named", "tools.none", "tools.never-empty",
     "stream.n2", "stream.options-absent", "stream.options-empty", "stream.usage-true", "stream.usage-false",
     "limits.max-tokens-absent", "ignored.stop", "ignored.n", "ignored.seed", "ignored.max-completion-tokens",
@@ -83,9 +83,9 @@ def test_the_catalogue_holds_what_the_issue_asks_for() -> None:
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)) and set(ids) >= REQUIRED
     assert all(e.kind in EXPECTATIONS for c in cases for e in c.expect)
-    stop = next(c for c in cases if c.id == "seed000.stop")
+    stop = next(c for c in cases if c.id == "compat.stop")
     flags = {s.body.get("include_stop_str_in_output") for s in stop.steps if s.body}
-    assert {True, False} <= flags  # seed 000 step 4: both ways
+    assert {True, False} <= flags  # comparison step 4: both ways
     options = {str(s.body.get("stream_options")) for c in cases if c.group == "stream" for s in c.steps if s.body}
     assert {"None", "{}", "{'include_usage': True}", "{'include_usage': False}"} <= options
     choices = {str(s.body.get("tool_choice")) for c in cases if c.group == "tools" for s in c.steps if s.body}

@@ -37,8 +37,8 @@ from oaishim.server.config import ModelRoute, Settings
 
 ALIAS = "tiny"
 CHROMIUM = Path("/usr/bin/chromium")
-SEED000_FIELDS = {"endpoint", "served_model_name", "stream", "request", "response", "error", "status"}
-SEED000_REQUEST = {
+COMPARISON_FIELDS = {"endpoint", "served_model_name", "stream", "request", "response", "error", "status"}
+COMPARISON_REQUEST = {
     "logprobs",
     "top_logprobs",
     "stop",
@@ -47,27 +47,27 @@ SEED000_REQUEST = {
     "max_tokens",
     "stream_options",
 }
-SEED000_RESPONSE = {"logprobs_container", "token_fields", "stop_reason", "first_chunk_has_content", "usage_present"}
+COMPARISON_RESPONSE = {"logprobs_container", "token_fields", "stop_reason", "first_chunk_has_content", "usage_present"}
 
 # What the raw llama.cpp run must report: (where it is documented, case, rule, JSON path).
 DOCUMENTED = [
-    ("L-1 unknown fields accepted, ignored", "seed000.unknown-field", "expect.unknown-field-rejected", "$"),
+    ("L-1 unknown fields accepted, ignored", "compat.unknown-field", "expect.unknown-field-rejected", "$"),
     ("L-8 no default for max_tokens", "limits.max-tokens-absent", "request.max-tokens", "$.usage.completion_tokens"),
-    ("L-12 first delta content null", "seed000.stream-vs-plain", "stream.first-delta", "$.choices[0].delta"),
-    ("L-16 timings", "seed000.fixed-request", "unknown-field", "$.timings"),
-    ("L-17 no logprobs key unless asked", "seed000.fixed-request", "schema", "$.choices[0]"),
-    ("L-17 no refusal", "seed000.fixed-request", "schema", "$.choices[0].message"),
+    ("L-12 first delta content null", "compat.stream-vs-plain", "stream.first-delta", "$.choices[0].delta"),
+    ("L-16 timings", "compat.fixed-request", "unknown-field", "$.timings"),
+    ("L-17 no logprobs key unless asked", "compat.fixed-request", "schema", "$.choices[0]"),
+    ("L-17 no refusal", "compat.fixed-request", "schema", "$.choices[0].message"),
     ("L-18 tool-call ids without call_", "tools.required", "id.prefix", "$.choices[0].message.tool_calls[0].id"),
-    ("L-21 logprob entries carry id", "seed000.logprobs-chat", "unknown-field", "$.choices[0].logprobs.content[0].id"),
+    ("L-21 logprob entries carry id", "compat.logprobs-chat", "unknown-field", "$.choices[0].logprobs.content[0].id"),
     (
         "L-21 20 alternatives by default",
-        "seed000.logprobs-chat-default",
+        "compat.logprobs-chat-default",
         "logprobs.top-n",
         "$.choices[0].logprobs.content[0].top_logprobs",
     ),
     (
         "L-22 chat-shaped completions logprobs",
-        "seed000.logprobs-completions",
+        "compat.logprobs-completions",
         "logprobs.shape",
         "$.choices[0].logprobs",
     ),
@@ -106,7 +106,7 @@ def servers(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """(raw llama-server URL, gateway URL)."""
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     with LlamaServer(tiny.gguf, alias=ALIAS, max_tokens=256, log_path=log) as raw:
-        route = ModelRoute(name=ALIAS, upstreams=(raw.url,), profile="llamacpp")
+        route = ModelRoute(name=ALIAS, upstreams=(raw.url,), profile="llamacpp@b9174")
         settings = Settings(models=(route,), port=free_port(), special_tokens=tiny.special)
         with RunningGateway(settings) as gateway:
             yield raw.url, gateway.url
@@ -150,12 +150,12 @@ def test_the_raw_server_fails_the_cases_the_gateway_repairs(probed: Probed) -> N
     assert raw["score"]["total"]["percent"] < 60
     failed = {c["id"] for c in raw["cases"] if c["outcome"] == "fail"}
     assert {
-        "seed000.stream-vs-plain",
-        "seed000.logprobs-completions",
+        "compat.stream-vs-plain",
+        "compat.logprobs-completions",
         "tools.required",
         "errors.unknown-model",
     } <= failed
-    # seed 003: the end-of-turn token reaches the client cut into pieces (one token per chunk)
+    # the end-of-turn token reaches the client cut into pieces (one token per chunk)
     eot = probed.case("B", "eot.kept")
     assert any(ch["id"] == "expect:token-in-one-chunk:stream" and ch["outcome"] == "fail" for ch in eot["checks"])
 
@@ -169,13 +169,13 @@ def _step_diff(probed: Probed, case: str, step: str) -> dict[str, Any]:
 def test_against_lists_the_differences(probed: Probed) -> None:
     comparison = probed.results["comparison"]
     assert comparison["A"]["url"].endswith("/v1") and comparison["differ"] >= 30
-    stream = _step_diff(probed, "seed000.stream-vs-plain", "stream")
+    stream = _step_diff(probed, "compat.stream-vs-plain", "stream")
     assert stream["record_differs"]["response.first_chunk_has_content"] == [True, False]
-    logprobs = _step_diff(probed, "seed000.logprobs-completions", "plain")
+    logprobs = _step_diff(probed, "compat.logprobs-completions", "plain")
     assert logprobs["record_differs"]["response.logprobs_container"] == ["CompletionLogProbs", "ChatCompletionLogProbs"]
     assert "choices[].logprobs.text_offset" in logprobs["fields_only_in_A"]
     assert _step_diff(probed, "errors.unknown-model", "plain")["record_differs"]["http_status"] == [404, 200]
-    assert "timings" in _step_diff(probed, "seed000.fixed-request", "first")["fields_only_in_B"]
+    assert "timings" in _step_diff(probed, "compat.fixed-request", "first")["fields_only_in_B"]
     assert "models" in _step_diff(probed, "models.list", "list")["fields_only_in_B"]
     markdown = (probed.out / "report.md").read_text(encoding="utf-8")
     assert (
@@ -191,13 +191,13 @@ def test_compat_records_in_json_and_yaml(probed: Probed) -> None:
             data = orjson.loads((probed.out / "records" / label / f"{case['id']}.json").read_bytes())
             assert yaml.safe_load((probed.out / "records" / label / f"{case['id']}.yaml").read_text("utf-8")) == data
             for record in data["records"]:
-                assert record.keys() >= SEED000_FIELDS
-                assert record["request"].keys() >= SEED000_REQUEST
-                assert record["response"].keys() >= SEED000_RESPONSE
+                assert record.keys() >= COMPARISON_FIELDS
+                assert record["request"].keys() >= COMPARISON_REQUEST
+                assert record["response"].keys() >= COMPARISON_RESPONSE
                 assert "unknown_field_rejected" in record["error"]
-    (raw,) = orjson.loads((probed.out / "records" / "B" / "seed000.unknown-field.json").read_bytes())["records"]
+    (raw,) = orjson.loads((probed.out / "records" / "B" / "compat.unknown-field.json").read_bytes())["records"]
     assert raw["error"]["unknown_field_rejected"] is False and raw["status"] == "differs"
-    stream = orjson.loads((probed.out / "records" / "A" / "seed000.stream-vs-plain.json").read_bytes())["records"][1]
+    stream = orjson.loads((probed.out / "records" / "A" / "compat.stream-vs-plain.json").read_bytes())["records"][1]
     assert stream["stream"] is True and stream["response"]["first_chunk_has_content"] is True
     assert stream["response"]["usage_present"] is True and stream["status"] == "comparable"
 
@@ -262,7 +262,7 @@ def test_the_html_report_shows_the_score_of_the_json(probed: Probed, tmp_path: P
 
 def test_exit_status_and_baseline(servers: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw, _ = servers
-    argv = ["probe", raw, "--model", ALIAS, "--steer", "none", "--cases", "errors.*,seed000.two-endpoints"]
+    argv = ["probe", raw, "--model", ALIAS, "--steer", "none", "--cases", "errors.*,compat.two-endpoints"]
     assert main([*argv, "--out", str(tmp_path / "first")]) == 1  # the raw server has error-level findings
     baseline = tmp_path / "first" / "results.json"
     assert main([*argv, "--out", str(tmp_path / "again"), "--baseline", str(baseline)]) == 0  # none is new

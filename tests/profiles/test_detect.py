@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from oaishim.profiles import PROFILES, detect
+from oaishim.profiles import FAMILIES, PROFILES, detect, probe_paths, resolve
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 VLLM = RECORDED / "vllm-0.32-cpu"
@@ -32,7 +32,7 @@ def _card(owned_by: str, **extra: Any) -> dict[str, Any]:
     return {"object": "list", "data": [{"id": "m", "object": "model", "created": 1, "owned_by": owned_by, **extra}]}
 
 
-# Hand-written /v1/models bodies, from shared/docs/backend-quirks.md (not recorded).
+# Hand-written /v1/models bodies, from docs/backend-quirks.md (not recorded).
 SGLANG_MODELS = _card("sglang", root="Qwen/Qwen3-8B", parent=None, max_model_len=40960)  # S-31
 TRTLLM_MODELS = _card("tensorrt_llm")  # T-26
 OLLAMA_MODELS = {  # O-22: owned_by is the namespace, "library" for official models
@@ -218,3 +218,52 @@ def test_detect_does_not_touch_its_inputs() -> None:
     before = copy.deepcopy((models, version))
     detect("llama.cpp", version, models)
     assert (models, version) == before
+
+
+# --- --profile <family>: only the version is detected -------------------------------------------
+
+
+def test_probe_paths_per_kind_of_name() -> None:
+    assert probe_paths("auto") == ("/version", "/v1/models")
+    assert probe_paths("vllm") == ("/version", "/v1/models")
+    assert probe_paths("trtllm") == ("/version", "/v1/models")
+    assert probe_paths("llamacpp") == ("/props", "/v1/models")
+    for pinned in ("vllm@0.32", "vllm@0.10.2", "llamacpp@b9174", "generic", "sglang", "ollama", "openai"):
+        assert probe_paths(pinned) == (), pinned
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if len(f.releases) > 1], ids=lambda f: f.name)
+def test_a_family_without_a_version_answer_gets_its_conservative_profile(family: Any) -> None:
+    answers: dict[str, Any] = dict.fromkeys(probe_paths(family.name))
+    profile, reason = resolve(family.name, None, answers)
+    assert profile is family.unknown_version and f"--profile {family.name}" in reason
+    assert profile.developer_to_system
+
+
+@pytest.mark.parametrize(
+    ("name", "answers", "expected"),
+    [
+        ("vllm", {"/version": {"version": "0.32.0"}}, "vllm@0.32"),
+        ("vllm", {"/version": {"version": "0.6.4.post1"}}, "vllm@0"),
+        ("vllm", {"/version": "0.10.2"}, "vllm@0.6.5"),
+        ("trtllm", {"/version": {"version": "1.3.0rc6"}}, "trtllm@0"),
+        ("trtllm", {"/version": {"version": "1.4.1"}}, "trtllm@1.4"),
+        ("llamacpp", {"/props": {"build_info": "b11434-abc"}}, "llamacpp@b9174"),
+        ("llamacpp", {"/props": {"build_info": "b0-unknown"}}, "llamacpp@0"),
+        ("sglang", {}, "sglang@0"),
+        ("ollama", {}, "ollama@0"),
+        ("openai", {}, "openai@0"),
+        ("vllm@0.32", {"/version": {"version": "0.5.0"}}, "vllm@0.32"),
+    ],
+)
+def test_a_family_reads_its_own_version_endpoint(name: str, answers: dict[str, Any], expected: str) -> None:
+    profile, _ = resolve(name, None, answers)
+    assert profile is PROFILES[expected]
+
+
+def test_a_family_ignores_the_version_of_a_backend_that_names_another_family() -> None:
+    sglang = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "sglang"}]}
+    profile, reason = resolve("vllm", None, {"/version": {"version": "0.32.0"}, "/v1/models": sglang})
+    assert profile is PROFILES["vllm@0.6.5"] and "looks like sglang" in reason
+    profile, _ = resolve("llamacpp", "uvicorn", {"/props": {"build_info": "b11434"}, "/v1/models": None})
+    assert profile is PROFILES["llamacpp@b9174"]  # nothing names another family: the version is trusted

@@ -14,7 +14,7 @@ from oaishim.profiles import FAMILIES, PROFILES, Profile, family_of, get_profile
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 from oaishim.profiles._version import is_unknown
 
-SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "openapi.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "spec" / "openapi.yaml"  # vendored: spec/SOURCE.md
 VLLM_REC = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "vllm-0.32-cpu"
 BACKEND_MODULES = ("vllm", "sglang", "trtllm", "llamacpp", "ollama", "openai", "generic")
 ALL_PROFILES = list({id(p): p for p in PROFILES.values()}.values())  # Profile is unhashable (extra is a dict)
@@ -22,8 +22,7 @@ ALL_PROFILES = list({id(p): p for p in PROFILES.values()}.values())  # Profile i
 
 @pytest.fixture(scope="module")
 def chat_request_fields() -> set[str]:
-    if not SPEC.exists():
-        pytest.skip("the official spec lives in ../shared beside the repository")
+    assert SPEC.is_file(), f"the vendored official spec is missing: {SPEC}"
     spec = yaml.load(SPEC.read_bytes(), Loader=yaml.CSafeLoader)
     schemas = spec["components"]["schemas"]
 
@@ -42,10 +41,23 @@ def chat_request_fields() -> set[str]:
 # --- the registry -----------------------------------------------------------------------------
 
 
-def test_bare_keys_are_the_newest_profile_of_each_family() -> None:
+def test_bare_keys_are_the_conservative_profile_of_each_family() -> None:
+    """Without a version, a family name means the profile that is safe on every release, not the newest."""
     for family in FAMILIES:
-        assert PROFILES[family.name] is family.releases[-1][1]
+        assert PROFILES[family.name] is family.unknown_version
+        assert any(family.unknown_version is profile for _, profile in family.releases)
     assert {"vllm", "sglang", "trtllm", "llamacpp", "ollama", "openai", "generic"} <= set(PROFILES)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_the_conservative_profile_keeps_every_repair_some_release_needs(family: Any) -> None:
+    """A repair a release needs and the fallback skipped would lose a client's message (developer) or
+    give it usage it did not ask for; both repairs are harmless on the releases that do not need them."""
+    profiles = [profile for _, profile in family.releases]
+    fallback = family.unknown_version
+    assert fallback.developer_to_system == any(p.developer_to_system for p in profiles)
+    assert fallback.usage_on_empty_stream_options == any(p.usage_on_empty_stream_options for p in profiles)
+    assert fallback.tool_call_type_required == any(p.tool_call_type_required for p in profiles)
 
 
 def test_every_profile_has_one_versioned_key_named_by_its_first_version() -> None:
@@ -67,7 +79,7 @@ def test_releases_are_ordered_and_versions_describe_their_range() -> None:
 
 
 def test_get_profile_by_key_and_by_version_in_range() -> None:
-    assert get_profile("vllm") is PROFILES["vllm@0.32"]
+    assert get_profile("vllm") is PROFILES["vllm@0.6.5"]  # the fallback; the gateway detects first
     assert get_profile("vllm@0.6.5") is PROFILES["vllm@0.6.5"]
     assert get_profile("vllm@0.10.2") is PROFILES["vllm@0.6.5"]
     assert get_profile("vllm@0.6.4.post1") is PROFILES["vllm@0"]
@@ -165,14 +177,15 @@ def test_history_reasoning_names() -> None:
 
 def test_request_side_flags() -> None:
     merged = {name for name, p in PROFILES.items() if p.developer_to_system}
-    assert merged == {"vllm@0", "vllm@0.6.5", "sglang", "sglang@0", "trtllm", "trtllm@0", "trtllm@1.4"} | {
+    assert merged == {"vllm", "vllm@0", "vllm@0.6.5", "sglang", "sglang@0", "trtllm", "trtllm@0", "trtllm@1.4"} | {
+        "llamacpp",
         "llamacpp@0",
         "ollama",
         "ollama@0",
         "generic",
     }
     usage = {name for name, p in PROFILES.items() if p.usage_on_empty_stream_options}
-    assert usage == {"vllm@0", "vllm@0.6.5", "trtllm", "trtllm@0", "trtllm@1.4", "generic"}
+    assert usage == {"vllm", "vllm@0", "vllm@0.6.5", "trtllm", "trtllm@0", "trtllm@1.4", "generic"}
     typed = {name for name, p in PROFILES.items() if p.tool_call_type_required}
     assert typed == {"llamacpp", "llamacpp@0", "llamacpp@b9174", "generic"}
     assert PROFILES["ollama"].max_tokens_in == "max_tokens"
@@ -181,7 +194,7 @@ def test_request_side_flags() -> None:
 
 def test_only_a_default_started_llama_cpp_is_trusted_to_split_reasoning() -> None:
     splitting = {name for name, p in PROFILES.items() if p.splits_reasoning}
-    assert splitting == {"llamacpp", "llamacpp@b9174", "openai", "openai@0"}
+    assert splitting == {"llamacpp@b9174", "openai", "openai@0"}
 
 
 def test_the_official_profile_rewrites_nothing() -> None:

@@ -483,7 +483,7 @@ def test_stream_multi_point_splits(
 
 
 def test_end_of_turn_split_across_chunks_arrives_whole() -> None:
-    """Seed 003: ``<|im_`` + ``end|>`` in two chunks reaches the client as one delta, then the finish."""
+    """A cleanup regex once ate this: ``<|im_`` + ``end|>`` in two chunks reaches the client as one delta, then the finish."""
     for cleanup in (False, True):
         plan = RepairPlan(special=CHATML, cleanup=cleanup)
         raw, body = stream(["Hello", " there<|im_", "end|>"], plan)

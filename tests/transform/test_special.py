@@ -3,7 +3,7 @@
 The tokenizer files below are cut down from Qwen3's and MiniMax-M2's published ones (same keys and
 shapes, fewer tokens; MiniMax ids illustrative). The cleanup's expected outputs are written by hand
 or computed by a deliberately naive oracle that walks the whole text one position at a time;
-seed 003 gives the regression: its proxy's regex ate ``<|im_end|>`` and the UI waited forever.
+a proxy in front of vLLM gives the regression: its regex ate ``<|im_end|>`` and the UI waited forever.
 """
 
 from __future__ import annotations
@@ -485,46 +485,46 @@ def test_cleanup_random_splits(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Seed 003: the cleanup ate the end of turn, and the UI waited forever
+# The proxy whose cleanup ate the end of turn, and the UI waited forever
 
-SEED_003_REGEX = r"<\|[^|]*\|>|</?s>"  # the proxy's clean_model_output, verbatim
+PROXY_CLEANUP_REGEX = r"<\|[^|]*\|>|</?s>"  # the proxy's clean_model_output, verbatim
 
 
-def seed_003_clean_model_output(text: str) -> str:
-    text = re.sub(SEED_003_REGEX, "", text)
+def proxy_clean_model_output(text: str) -> str:
+    text = re.sub(PROXY_CLEANUP_REGEX, "", text)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-SEED_003_STREAM = ["你好", "！我是助手，", "有什么可以帮你？", "<|im_", "end|>"]
+PROXY_STREAM = ["你好", "！我是助手，", "有什么可以帮你？", "<|im_", "end|>"]
 
 
-def test_seed_003_the_buggy_regex_eats_the_end_of_turn() -> None:
-    text = "".join(SEED_003_STREAM)
-    assert seed_003_clean_model_output(text) == "你好！我是助手，有什么可以帮你？"  # no <|im_end|>: the UI waits
+def test_proxy_cleanup_the_buggy_regex_eats_the_end_of_turn() -> None:
+    text = "".join(PROXY_STREAM)
+    assert proxy_clean_model_output(text) == "你好！我是助手，有什么可以帮你？"  # no <|im_end|>: the UI waits
     # The same pattern also eats text the model wrote; the cleanup strips only whole tokens.
-    assert seed_003_clean_model_output('{"city": "<||>"}') == '{"city": ""}'
+    assert proxy_clean_model_output('{"city": "<||>"}') == '{"city": ""}'
     pieces, _ = clean(['{"city": "<||>"}'], protect="end_of_turn")
     assert "".join(pieces) == '{"city": "<||>"}'
 
 
-def test_seed_003_cleanup_keeps_the_token_whole_and_signals_the_end() -> None:
-    pieces, cleanup = clean(SEED_003_STREAM)
+def test_proxy_cleanup_cleanup_keeps_the_token_whole_and_signals_the_end() -> None:
+    pieces, cleanup = clean(PROXY_STREAM)
     assert pieces == ["你好", "！我是助手，", "有什么可以帮你？", "", "<|im_end|>", ""]
     assert cleanup.saw_end_of_turn
     assert cleanup.end_token == "<|im_end|>"
     assert repr(cleanup) == "<DisplayCleanup ended by '<|im_end|>', holding ''>"
 
 
-def test_seed_003_clean_display_with_the_signal_apart() -> None:
-    """Seed 003's other fix: a clean display text, the end carried as a flag next to it."""
-    pieces, cleanup = clean(SEED_003_STREAM, keep_end_of_turn=False)
+def test_proxy_cleanup_clean_display_with_the_signal_apart() -> None:
+    """The other fix: a clean display text, the end carried as a flag next to it."""
+    pieces, cleanup = clean(PROXY_STREAM, keep_end_of_turn=False)
     assert "".join(pieces) == "你好！我是助手，有什么可以帮你？"
     assert cleanup.saw_end_of_turn
 
 
 @pytest.mark.parametrize("keep_end", [True, False])
-def test_seed_003_every_split_point(keep_end: bool) -> None:
-    text = "".join(SEED_003_STREAM)
+def test_proxy_cleanup_every_split_point(keep_end: bool) -> None:
+    text = "".join(PROXY_STREAM)
     expected = text if keep_end else text.removesuffix("<|im_end|>")
     for a, b in itertools.combinations_with_replacement(range(len(text) + 1), 2):
         pieces, cleanup = clean(split_at(text, [a, b]), keep_end_of_turn=keep_end)

@@ -1,7 +1,7 @@
 """Tests for oaishim.transform.stops.
 
 Expected outputs are written by hand from OpenAI's ``stop`` semantics (openai-wire-format.md §2: up
-to 4 strings, the text ends before the stop) and vLLM's ``include_stop_str_in_output`` (seed 000),
+to 4 strings, the text ends before the stop) and vLLM's ``include_stop_str_in_output`` (V-29),
 or computed by a deliberately naive oracle that grows the text one character at a time, the way a
 generator would, and stops at the first moment any stop string is a suffix.
 """

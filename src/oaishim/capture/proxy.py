@@ -1,4 +1,4 @@
-"""``oaishim capture``: a pure logging proxy (seed 004's tool, made lossless).
+"""``oaishim capture``: a pure logging proxy (the JSONL logging proxy that found the TensorRT-LLM problems T-2, T-11, T-15, T-18, made lossless).
 
 Nothing is rewritten. The client's method, target, headers (its ``Authorization`` included) and
 body go to the upstream as they came, minus the connection-level headers HTTP forbids a proxy to

@@ -1,4 +1,4 @@
-"""Rule f: the end of a turn is never lost (seed 003).
+"""Rule f: the end of a turn is never lost.
 
 A proxy whose cleanup regex ate ``<|im_end|>`` left a front end waiting forever. Given the model's
 special tokens (``CheckOptions.special_tokens``; the end-of-turn ones in ``eot_tokens``):

@@ -1,7 +1,7 @@
 """Rule e (errors): the one error shape, and an HTTP status that fits it.
 
 The official body is ``{"error": {"message": str, "type": str, "param": str|null, "code":
-str|null}}``; all four keys are required (openai-wire-format.md §5). The SDK picks its exception
+str|null}}``; all four keys are required (docs/wire-format.md §5). The SDK picks its exception
 class from the status alone, so a server fault sent as 400 (TensorRT-LLM answers everything with
 400) makes a client treat a retryable failure as its own mistake.
 """

@@ -4,7 +4,7 @@ Chat: ``{"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, byt
 with ``top_logprobs`` of the length the request's ``top_logprobs`` asked for (the spec: "may be fewer
 than requested", so fewer is a note). Legacy completions: ``{tokens, token_logprobs, top_logprobs:
 [{token: logprob}], text_offset}``, with at most ``logprobs + 1`` alternatives per token ("up to
-``logprobs+1`` elements"). llama.cpp answers /v1/completions in the chat shape (backend-quirks.md §6).
+``logprobs+1`` elements"). llama.cpp answers /v1/completions in the chat shape (docs/backend-quirks.md §6).
 """
 
 from __future__ import annotations

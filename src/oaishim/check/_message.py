@@ -3,7 +3,7 @@
 These rules look at what a client ends up holding, so streams and plain bodies are judged alike:
 ``tool_calls`` absent rather than ``[]``/``null`` (agent loops test ``if msg.tool_calls is not
 None``), ``content: null`` beside tool calls only, and a finish reason that tells the truth about
-the calls (backend-quirks.md §7 items 1 and 16).
+the calls (docs/backend-quirks.md §7 items 1 and 16).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rule e: what the request asked for, held against what came back.
 
 Skipped when the request is unknown. Defaults are the official ones: ``n`` 1; legacy completions
-``max_tokens`` 16 (openai-wire-format.md §2; vLLM and others generate far more, seed 000); stop
+``max_tokens`` 16 (docs/wire-format.md §2; vLLM and others generate far more, V-9); stop
 strings never appear in the text unless the vLLM-style ``include_stop_str_in_output`` asked for it.
 """
 

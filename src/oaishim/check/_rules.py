@@ -59,7 +59,7 @@ RULES: Final[dict[str, tuple[Severity, str]]] = {
     "request.stream": ("error", "a stream answered with a plain body, or the reverse"),
     "error.shape": ("error", 'error body is not {"error": {"message", "type", "param", "code"}}'),
     "error.status": ("error", "HTTP status does not fit the body or the error type"),
-    # f. end of turn (seed 003)
+    # f. end of turn (never lost, never cut: see _eot.py)
     "eot.split-token": ("error", "a special token cut across two chunks"),
     "eot.stripped": ("error", "special tokens asked to be kept were removed or damaged"),
     "eot.truncated": ("error", "a stream ended with finish_reason stop but its text ends mid-tag"),

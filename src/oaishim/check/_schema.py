@@ -4,7 +4,7 @@ The bundle (``openai_schemas.json``, written by :mod:`oaishim.check.specgen`) is
 validators built once per process; both take about a millisecond.
 
 JSON Schema cannot say "no other keys" here: the spec sets ``additionalProperties: false`` on none of
-these objects (openai-wire-format.md §0.4), so vendor fields pass validation. :func:`unknown_keys`
+these objects (docs/wire-format.md §0.4), so vendor fields pass validation. :func:`unknown_keys`
 walks the instance beside its schema and reports each key no applicable schema defines. For
 ``anyOf``/``oneOf`` it keeps the branches the instance can belong to (type, required keys and
 ``enum`` values of its properties agree), so a function tool call is not allowed a custom call's keys.
@@ -25,7 +25,7 @@ from oaishim.check.specgen import BUNDLE_PATH
 Schema = dict[str, Any]
 
 # Fields that self-hosted servers add on purpose. With ``extensions_as_notes`` they are notes, not
-# errors (backend-quirks.md §6 "Extra choice fields" and §8 "Remove non-standard fields").
+# errors (docs/backend-quirks.md §6 "Extra choice fields" and §8 "Remove non-standard fields").
 VENDOR_EXTENSIONS = frozenset(
     {
         "reasoning_content", "reasoning", "stop_reason", "matched_stop", "timings", "prompt_token_ids",

@@ -1,6 +1,6 @@
 """Rule c: the order and shape of a streamed chat or legacy completion.
 
-What the official API sends (openai-wire-format.md §3, and the 12 live recordings): ``data:`` lines
+What the official API sends (docs/wire-format.md §3, and the 12 live recordings): ``data:`` lines
 only, one ``id`` and one ``created`` on every chunk; per choice, a first chunk carrying the role,
 content deltas, then ``finish_reason`` once in a chunk whose delta is ``{}``, and nothing more for
 that choice; new choice indices in order from 0; tool-call deltas that open with ``index``, ``id``,

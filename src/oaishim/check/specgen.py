@@ -1,6 +1,7 @@
 """Build the checker's schema bundle from the official ``openapi.yaml``.
 
-Run ``python -m oaishim.check.specgen PATH/openapi.yaml`` after updating the spec. Parsing the 3 MB
+Run ``python -m oaishim.check.specgen [PATH/openapi.yaml]`` after updating the spec; without a path it reads
+the copy vendored in the repository (``spec/openapi.yaml``, provenance in ``spec/SOURCE.md``). Parsing the 3 MB
 YAML takes about a second, so the checker never does it at run time: it loads the small JSON bundle
 this module writes (``openai_schemas.json`` beside it), which holds only the schemas the checker uses
 and those they reference, already fixed up for a JSON Schema 2020-12 validator:
@@ -8,7 +9,7 @@ and those they reference, already fixed up for a JSON Schema 2020-12 validator:
 1. ``nullable: true`` (OpenAPI 3.0, ignored by 2020-12 validators) becomes a union with ``null``:
    ``type: [T, "null"]``, ``null`` added to an ``enum``, and a ``$ref``/``anyOf``/``oneOf``/``allOf``
    wrapped in ``anyOf: [..., {type: "null"}]``. Without it, the 12 live OpenAI streams give over a
-   thousand spurious errors (openai-wire-format.md §0.1).
+   thousand spurious errors (docs/wire-format.md §0.1).
 2. Legacy completion *chunks* share ``CreateCompletionResponse`` with plain responses, but the live API
    sends ``finish_reason: null`` on every chunk but the last (§0.6): the bundle adds a
    ``CreateCompletionStreamResponse`` whose ``finish_reason`` is nullable.
@@ -88,6 +89,8 @@ REQUEST_ROOTS = {
 }
 BUNDLE_PATH = Path(__file__).with_name("openai_schemas.json")
 REQUEST_BUNDLE_PATH = Path(__file__).parents[1] / "transform" / "validate" / "request_schemas.json"
+# The official spec vendored at the repository root (a source checkout; not part of the installed package).
+VENDORED_SPEC = Path(__file__).resolve().parents[3] / "spec" / "openapi.yaml"
 INT64 = (-(2**63), 2**63 - 1)
 _INT64_ROUNDED = 9223372036854776000  # how the spec writes seed's bounds: 2**63 rounded as a float
 _REF_PREFIX = "#/components/schemas/"
@@ -322,10 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     import yaml  # only needed here: the run-time checker reads the JSON bundle
 
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m oaishim.check.specgen PATH/openapi.yaml", file=sys.stderr)
+    if len(args) > 1:
+        print("usage: python -m oaishim.check.specgen [PATH/openapi.yaml]", file=sys.stderr)
         return 2
-    raw = Path(args[0]).read_bytes()
+    raw = Path(args[0] if args else VENDORED_SPEC).read_bytes()
     spec = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     for path, bundle in ((BUNDLE_PATH, build(spec, raw)), (REQUEST_BUNDLE_PATH, build_requests(spec, raw))):
         path.write_bytes(render(bundle))

@@ -1,11 +1,11 @@
-"""``oaishim probe``: seed 000's comparison procedure, automated, against live endpoints.
+"""``oaishim probe``: the side-by-side comparison of OpenAI-compatible endpoints, automated, against live ones.
 
 Layers, pure to impure (style.md: a core with no I/O and a thin shell):
 
 * ``cases.yaml`` + :mod:`._cases`: the catalogue as data: requests, steering, expectations;
 * :mod:`._steer`: how a server can be made to write a known text or call a tool (found by effect);
 * :mod:`._view`, :mod:`._expect`, :mod:`._record`, :mod:`._judge`: an answer read as a client
-  reads it, the case's own expectations, seed 000's compat record, and the judgement (checker
+  reads it, the case's own expectations, the compat record (:mod:`._record`), and the judgement (checker
   findings + expectations -> checks);
 * :mod:`._results`, :mod:`._compare`: checks, scores, baselines; the two sides of ``--against``;
 * :mod:`._runner`: the only network I/O (aiohttp), calibration, concurrency, progress;

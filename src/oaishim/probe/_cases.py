@@ -4,9 +4,9 @@ A case is one or more HTTP requests (*steps*) and the *expectations* that judge 
 checker. Every step is also judged by the checker (:func:`oaishim.check.check`). The YAML shape::
 
     cases:
-      - id: seed000.stop                 # stable: baselines and reports refer to it
+      - id: compat.stop                  # stable: baselines and reports refer to it
         title: a stop string that occurs in the text
-        refs: ["seed 000 step 4", "L-1"] # where the behaviour is described
+        refs: ["compat step 4", "V-29"]  # a docs/backend-quirks.md row, or a comparison step
         exclusive: true                  # run alone: nothing batched with it (determinism)
         needs: [eot]                     # skipped unless the probe knows this (eot, bias)
         tolerate: [reasoning_content]    # these unknown fields are notes in this case only

@@ -1,7 +1,7 @@
 """``--against``: the two sides' compat records and findings, step by step. Pure.
 
 For every case both sides ran, and every step of it: the key paths only one side's answer has
-(seed 000 step 2, "compare the sets of field names"), the compat-record fields whose values differ
+(comparison step 2, ``compat.two-endpoints``: compare the sets of field names), the compat-record fields whose values differ
 (``response.first_chunk_has_content``: true vs false, ...), the checker and expectation rules only
 one side broke, and the checks whose outcome differs. A step is ``same`` when none of these differ.
 """

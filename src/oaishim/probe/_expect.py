@@ -263,7 +263,7 @@ def _unknown_field_rejected(params: Mapping[str, Any], views: Views, ctx: Contex
 
 
 def _token_in_one_chunk(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
-    """A special token arrives whole in one content delta (seed 003: clients look for it per delta)."""
+    """A special token arrives whole in one content delta (clients look for the end of turn in each delta)."""
     name, token = params["step"], str(params["text"])
     if (bad := _answered(views[name], name)) is not None:
         return bad

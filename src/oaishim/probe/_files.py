@@ -3,7 +3,7 @@
 OUT/results.json               the whole run; also the format --baseline reads
 OUT/report.md                  the Markdown report
 OUT/report.html                the self-contained HTML report
-OUT/records/A/<case>.json      seed 000's compat record of each case, per side (B with --against),
+OUT/records/A/<case>.json      the compat record of each case, per side (B with --against),
 OUT/records/A/<case>.yaml      the same in YAML
 OUT/comparison.json            with --against: the differences, step by step
 """
@@ -26,7 +26,7 @@ _JSON = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
 
 
 def case_record(case: CaseResult, side_label: str) -> dict[str, Any]:
-    """The compat record of one case: its steps' records (seed 000's fields) plus the findings."""
+    """The compat record of one case: its steps' records (the comparison fields of :mod:`._record`) plus the findings."""
     return {
         "case": case.id,
         "title": case.title,

@@ -1,7 +1,7 @@
-"""The compat record of one exchange: seed 000's comparison fields, filled in from the wire. Pure.
+"""The compat record of one exchange: the comparison fields, filled in from the wire. Pure.
 
-Seed 000 closes with the fields a person writes down when comparing two OpenAI-compatible
-endpoints. The probe fills them for every step it sends::
+These are the fields a person writes down when comparing two OpenAI-compatible endpoints by hand
+(the procedure the ``compat.*`` cases automate). The probe fills them for every step it sends::
 
     endpoint, served_model_name, stream,
     request:  logprobs, top_logprobs, stop, stop_token_ids, include_stop_str_in_output,
@@ -16,7 +16,7 @@ endpoints. The probe fills them for every step it sends::
 
 and adds ``http_status``, ``finish_reason``, ``requested_model`` and ``fields`` (the set of key
 paths in the answer, ``choices[].message.content``; a stream's chunks pooled), which is what
-seed 000 step 2 compares between endpoints.
+comparison step 2 (``compat.two-endpoints``) compares between endpoints.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "probe",
-        help="probe a live endpoint (optionally against another) with seed 000's procedure and more",
+        help="probe a live endpoint (optionally against another) side by side, as the compat.* cases compare them, and more",
         description="Run the probe catalogue against an OpenAI-compatible endpoint: every answer judged by the "
         "checker and by the case's own expectations; compat records, Markdown and HTML reports. Exit 1 on any "
         "error-level finding of URL (with --baseline: any new one).",
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--model2", metavar="NAME2", help="the model name at URL2 (default: --model)")
     p.add_argument("--api-key2", metavar="K2", help="the key for URL2 (default: none)")
     p.add_argument("--out", type=Path, default=Path("oaishim-probe"), help="report folder (default: %(default)s)")
-    p.add_argument("--cases", metavar="GLOB", help="comma-separated globs over case ids, e.g. 'seed000.*,tools.*'")
+    p.add_argument("--cases", metavar="GLOB", help="comma-separated globs over case ids, e.g. 'compat.*,tools.*'")
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="cases in flight (default: %(default)s)")
     p.add_argument("--baseline", type=Path, metavar="FILE", help="an earlier results.json: only new findings fail")
     p.add_argument(

@@ -10,6 +10,17 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._registry import FAMILIES, PROFILES, family_of, get_profile
 from oaishim.profiles._version import version_key
-from oaishim.profiles.detect import detect
+from oaishim.profiles.detect import detect, probe_paths, resolve
 
-__all__ = ["FAMILIES", "PROFILES", "Family", "Profile", "detect", "family_of", "get_profile", "version_key"]
+__all__ = [
+    "FAMILIES",
+    "PROFILES",
+    "Family",
+    "Profile",
+    "detect",
+    "family_of",
+    "get_profile",
+    "probe_paths",
+    "resolve",
+    "version_key",
+]

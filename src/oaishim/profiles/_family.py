@@ -7,9 +7,13 @@ Rules:
   * ``releases`` is ordered oldest first; each entry is ``(first version, profile)`` and the profile
     holds from that version up to (not including) the next entry's. The first entry's version is
     ``"0"``: the oldest profile also covers every version older than anything the notes describe.
-  * ``unknown_version`` is the profile used when the backend is recognised but its version is not
-    (no version endpoint answered, or llama.cpp's ``b0-unknown``). It is chosen per backend as the
-    one that is safe for every version in use, not necessarily the oldest.
+  * ``unknown_version`` is the profile used when the backend is recognised (or named by
+    ``--profile <family>``) but its version is not (no version endpoint answered, or llama.cpp's
+    ``b0-unknown``). It is the family's conservative profile: it repairs whatever any version in use
+    needs repaired where a repair is harmless on the others (``developer`` merged into the system
+    message, ``include_usage`` sent explicitly), not necessarily the oldest profile.
+  * ``version_paths`` are what the gateway GETs to learn the version for ``--profile <family>``,
+    first answer wins; ``version_keys`` name the field of that answer that holds it.
   * Identification signals are backend-written constants: the ``owned_by`` of ``/v1/models`` cards,
     keys only this backend adds to the models list or to a card, and the ``Server`` header substring
     kept on the profiles (:attr:`Profile.server_header`).
@@ -34,6 +38,7 @@ class Family:
     list_keys: frozenset[str] = frozenset()
     card_keys: frozenset[str] = frozenset()
     version_keys: tuple[str, ...] = ("version",)
+    version_paths: tuple[str, ...] = ("/version",)
 
     @property
     def current(self) -> Profile:

@@ -1,7 +1,7 @@
 """Named sets of official Chat Completions request fields, for the ``rejects`` of several profiles.
 
 Every name here is a property of ``CreateChatCompletionRequest`` in the official OpenAPI spec
-(``shared/spec/openapi.yaml``, commit f85dbe22, 2026-08-21); the tests check that.
+(``spec/openapi.yaml``, vendored from commit f85dbe22 of 2026-08-21, see ``spec/SOURCE.md``); the tests check that.
 
 ``PLATFORM_ONLY``: fields about services of the OpenAI platform itself (stored completions,
 billing tier, prompt caching, moderation, built-in web search, audio output, predicted outputs,

@@ -1,8 +1,11 @@
 """The profile registry: every backend family, and lookup by name.
 
 Key scheme (the names a user gives with ``--profile`` and the logs show):
-  * ``<family>`` — the profile of the newest version the notes describe: ``vllm``, ``sglang``,
-    ``trtllm``, ``llamacpp``, ``ollama``, ``openai``; plus ``generic``, the safe fallback.
+  * ``<family>`` — ``vllm``, ``sglang``, ``trtllm``, ``llamacpp``, ``ollama``, ``openai``: the gateway
+    detects the version and uses the profile of its range (:func:`oaishim.profiles.detect.resolve`);
+    in this table, and whenever the version cannot be told, it is the family's conservative profile
+    (:attr:`Family.unknown_version`), never the newest: a newer profile leaves to the backend repairs
+    an older one needs. Plus ``generic``, the fallback for a backend of no known family.
   * ``<family>@<first version>`` — one key per profile, named by the first version it holds for; it
     holds up to the next key's version. The oldest is ``@0`` and covers everything before the next:
     ``vllm@0`` (< 0.6.5), ``vllm@0.6.5`` (0.6.5 to < 0.32), ``vllm@0.32``; ``trtllm@0``, ``trtllm@1.4``;
@@ -38,7 +41,7 @@ _BY_NAME: Mapping[str, Family] = MappingProxyType({family.name: family for famil
 def _build() -> dict[str, Profile]:
     table: dict[str, Profile] = {}
     for family in FAMILIES:
-        table[family.name] = family.current
+        table[family.name] = family.unknown_version
         for first, profile in family.releases:
             table[f"{family.name}@{first}"] = profile
     table[GENERIC.name] = GENERIC

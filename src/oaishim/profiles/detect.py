@@ -1,9 +1,19 @@
-"""Auto-detection: which profile fits a backend, from what it answered at startup. Pure; no I/O.
+"""Detection: which profile fits a backend, from what it answered at startup. Pure; no I/O.
 
-The shell (``server/``) fetches three things and hands them over as received:
+``--profile`` takes three kinds of name (:func:`probe_paths` says which paths each needs fetched,
+:func:`resolve` picks the profile from the answers):
+  * ``auto``: the backend and its version are detected (:func:`detect`);
+  * a family, ``vllm``: only the version is detected, through that family's own version endpoint
+    (:func:`detect_version`); when it cannot be told, the family's conservative profile is used, never
+    its newest one: a newer profile trusts fixes (vLLM mapping ``developer`` to ``system``) that an older
+    server lacks, and a client's message would be lost without an error;
+  * a pinned key, ``vllm@0.32`` or ``generic``: no request at all.
+
+The shell (``server/``) fetches the paths and hands the answers over as received:
   * the ``Server`` response header (of any answer, e.g. ``/v1/models``);
   * a version body: vLLM and TensorRT-LLM ``/version``, SGLang ``/get_server_info`` (or ``/version``),
     Ollama ``/api/version`` — all ``{"version": "..."}`` —, llama.cpp ``/props`` (``build_info``);
+    auto-detection reads ``/version`` only, since it does not know the backend yet;
   * the ``/v1/models`` body.
 
 Rules, in order (data in each backend module's :class:`~oaishim.profiles._family.Family`):
@@ -25,9 +35,60 @@ from typing import Any
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
-from oaishim.profiles._registry import FAMILIES
+from oaishim.profiles._registry import FAMILIES, family_of, get_profile
 from oaishim.profiles._version import VersionKey, is_unknown, version_key
 from oaishim.profiles.generic import GENERIC
+
+AUTO_PATHS = ("/version", "/v1/models")
+MODELS_PATH = "/v1/models"
+
+
+def probe_paths(name: str) -> tuple[str, ...]:
+    """The paths to GET before :func:`resolve` can choose the profile for ``--profile name``.
+
+    Empty for a pinned key, and for a family with one profile: no answer could change the choice.
+    """
+    if name == "auto":
+        return AUTO_PATHS
+    family = family_of(name)
+    if family is None or len(family.releases) == 1:
+        return ()
+    return (*family.version_paths, MODELS_PATH)
+
+
+def resolve(name: str, server_header: str | None, answers: Mapping[str, Any]) -> tuple[Profile, str]:
+    """The profile for ``--profile name`` and a one-line reason, from the answers to :func:`probe_paths`.
+
+    ``answers`` maps each fetched path to its parsed body, ``None`` where it gave no usable answer.
+    """
+    models = answers.get(MODELS_PATH)
+    if name == "auto":
+        return detect(server_header, answers.get("/version"), models)
+    family = family_of(name)
+    if family is None:
+        return get_profile(name), f"pinned by --profile {name}"
+    if len(family.releases) == 1:
+        return family.current, f"{family.name} has one profile: profile {_key_of(family, family.current)}"
+    version_body = next((answers[p] for p in family.version_paths if answers.get(p) is not None), None)
+    return detect_version(family, server_header, version_body, models)
+
+
+def detect_version(
+    family: Family, server_header: str | None, version_body: Any | None, models_body: Any | None
+) -> tuple[Profile, str]:
+    """The profile of ``family`` (named by the user) for the version the backend reports.
+
+    The backend is not identified, only checked: where its header or cards name another family, its
+    version is that family's numbering, so it is not read and the conservative profile is used.
+    """
+    other, evidence = _identify(server_header, models_body)
+    if other is not None and other is not family:
+        profile = family.unknown_version
+        return profile, (
+            f"--profile {family.name}, but the backend looks like {other.name} ({evidence}); its version is "
+            f"not read: profile {_key_of(family, profile)}"
+        )
+    return _by_version(family, version_body, f"--profile {family.name}")
 
 
 def detect(server_header: str | None, version_body: Any | None, models_body: Any | None) -> tuple[Profile, str]:
@@ -37,6 +98,10 @@ def detect(server_header: str | None, version_body: Any | None, models_body: Any
         version = _version_text(version_body, ("version",))
         alone = f"; version {version!r} alone names no backend" if version else ""
         return GENERIC, f"unrecognised backend ({evidence}){alone}: profile generic"
+    return _by_version(family, version_body, evidence)
+
+
+def _by_version(family: Family, version_body: Any | None, evidence: str) -> tuple[Profile, str]:
     version = _version_text(version_body, family.version_keys)
     key = version_key(version) if version else None
     if key is None or is_unknown(key):

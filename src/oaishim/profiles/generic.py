@@ -1,11 +1,11 @@
 """The fallback for a backend that detection does not recognise: every field at its safe value.
 
 Each choice either costs nothing on a lenient server or prevents a 400 on a strict one
-(``shared/docs/backend-quirks.md`` §6, §8):
+(``docs/backend-quirks.md`` §6, §8):
   * ``developer_to_system``: most chat templates do not know ``developer`` and drop it (SGLang #40082,
-    seed 004 P0) or raise (vLLM #42407); merging it into the leading system message keeps it.
+    T-2, S-2) or raise (vLLM #42407, V-2); merging it into the leading system message keeps it.
   * ``reasoning_in = "drop"``: the two names in use each break some server — ``reasoning_content`` is a
-    400 on TensorRT-LLM 1.3.0rc6 (seed 004 P5), an extra message key is likely a 400 on ``extra="forbid"``
+    400 on TensorRT-LLM 1.3.0rc6 (T-2), an extra message key is likely a 400 on ``extra="forbid"``
     servers (vLLM < 0.6.5; inferred), and a server that reads neither ignores both. Dropping loses at most the
     interleaved-thinking context of earlier turns, never the request.
   * ``max_tokens_in = "max_tokens"``: the one name every self-hosted server reads (Ollama ignores

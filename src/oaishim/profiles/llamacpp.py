@@ -1,6 +1,6 @@
 """llama.cpp (``llama-server``): profiles by build number.
 
-Wire quirks (``shared/docs/backend-quirks.md`` §4 row; source file; issue), request side first:
+Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request side first:
   * L-1 unknown fields: every body key is copied into the internal params ("allows llama.cpp-specific
     params like mirostat", ``tools/server/server-common.cpp``@006639c3) → unknown OpenAI fields are
     ignored, native keys (``n_predict``, ``grammar``, ``reasoning_format``…) work on ``/v1``.
@@ -87,4 +87,5 @@ FAMILY = Family(
     list_keys=frozenset({"models"}),
     card_keys=frozenset({"meta"}),
     version_keys=("build_info", "version"),
+    version_paths=("/props",),
 )

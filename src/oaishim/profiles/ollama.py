@@ -1,6 +1,6 @@
 """Ollama (the ``/v1`` compatibility layer): one profile.
 
-Wire quirks (``shared/docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609), request side first:
+Wire quirks (``docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609), request side first:
   * O-1 unknown fields are ignored by Go's JSON binding; also silently ignored although official:
     ``tool_choice``, ``parallel_tool_calls``, ``n``, ``logit_bias``, ``user``, ``max_completion_tokens``,
     ``metadata``, ``store``, ``service_tier``, ``response_format.json_schema.strict``
@@ -60,4 +60,5 @@ FAMILY = Family(
     releases=(("0", OLLAMA),),
     unknown_version=OLLAMA,
     owned_by=frozenset({"library"}),
+    version_paths=("/api/version",),
 )

@@ -1,7 +1,7 @@
 """The official OpenAI API itself: the profile that rewrites nothing.
 
-It is the reference the other profiles are measured against (``shared/docs/backend-quirks.md`` §0.1,
-``shared/docs/openai-wire-format.md``), useful for running the gateway, the probe or the checker
+It is the reference the other profiles are measured against (``docs/backend-quirks.md`` §0.1,
+``docs/wire-format.md``), useful for running the gateway, the probe or the checker
 against ``api.openai.com`` or a faithful proxy of it.
 
 Every request field is passed on as the client sent it:

@@ -1,6 +1,6 @@
 """SGLang (``python -m sglang.launch_server``): one profile.
 
-Wire quirks (``shared/docs/backend-quirks.md`` §2 row; source file; issue), request side first:
+Wire quirks (``docs/backend-quirks.md`` §2 row; source file; issue), request side first:
   * S-1 unknown fields: plain pydantic ``BaseModel`` (``extra="ignore"``) → silently dropped
     (``python/sglang/srt/entrypoints/openai/protocol.py``@004c82e0). Nothing needs dropping for it.
   * S-2 roles: ``developer`` is accepted and handed to the chat template unchanged; templates that do
@@ -54,4 +54,5 @@ FAMILY = Family(
     releases=(("0", SGLANG),),
     unknown_version=SGLANG,
     owned_by=frozenset({"sglang"}),
+    version_paths=("/get_server_info", "/version"),
 )

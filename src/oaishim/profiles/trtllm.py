@@ -1,18 +1,18 @@
 """TensorRT-LLM (``trtllm-serve``): profiles by version.
 
-Wire quirks (``shared/docs/backend-quirks.md`` §3 row; source file; issue), request side first:
+Wire quirks (``docs/backend-quirks.md`` §3 row; source file; issue), request side first:
   * T-1 unknown fields: ``OpenAIBaseModel`` has ``extra="forbid"`` → any field the request model lacks
     is a 400 ``extra_forbidden`` (``tensorrt_llm/serve/openai_protocol.py``@0076e939; TRT-LLM #9709,
     cherry-studio #12450). The 2026 ``ChatCompletionRequest`` lacks exactly ``_fields.PLATFORM_ONLY``
     and ``functions``/``function_call``; an older ``openai_protocol.py`` (its ReasoningAssistantMessage has
-    only ``reasoning``, as seed 004 describes 1.3.0rc6) also lacks ``parallel_tool_calls`` and allows only
+    only ``reasoning``, as T-2 describes for 1.3.0rc6) also lacks ``parallel_tool_calls`` and allows only
     ``tool_choice`` none/auto/named.
     ``parallel_tool_calls`` is dropped for every version: the 2026 source accepts it but does not
     enforce it (T-5), so nothing is lost. ``reasoning_effort`` (harmony/gpt-oss, default LOW, T-4) is
     dropped before 1.4 because the notes do not say which releases have it (unsure).
-  * T-2 / seed 004 P0: ``developer`` is passed to the chat template, which drops it silently (Qwen3) →
+  * T-2 (developer): ``developer`` is passed to the chat template, which drops it silently (Qwen3) →
     merge into ``system``. No fix is documented for any version.
-  * T-2 / seed 004 P5: history ``reasoning_content`` → 400 on 1.3.0rc6 (the message union has only
+  * T-2 (history reasoning): history ``reasoning_content`` → 400 on 1.3.0rc6 (the message union has only
     ``ReasoningAssistantMessage.reasoning``; the custom message type inherits ``extra="forbid"``,
     inferred); older ``chat_utils.py``@4c05a748 dropped history reasoning anyway. Newer ``chat_utils.py``@0c351902 reads
     ``reasoning``/``reasoning_content`` and the newest protocol accepts both. ``reasoning`` also passes
@@ -22,13 +22,13 @@ Wire quirks (``shared/docs/backend-quirks.md`` §3 row; source file; issue), req
   * T-19 ``include_usage`` defaults to True when ``stream_options`` is present (2026 source too).
   * T-9 ``suffix`` and ``stream_options`` without ``stream`` → 400; T-8 older PyTorch backend rejects n>1.
 Response side (fixed by the generic normaliser): T-10 first chunk ``{"role"}`` only, SSE ``data: {...} \\n\\n``
-with a trailing space; T-11 fresh chunk ``id``/``created`` per chunk before PR #14708 (2026-05-28), seed 004
-P2; T-12 ``"content":""``/``"reasoning_content":""`` on every chunk; T-13 finish on the last delta; T-14
-null extras (seed 004 P4); T-15 ``tool_calls: []`` (P3); T-17 ids ``chatcmpl-tool-…``, named-tool deltas
-without ``id``; T-18 reasoning as ``reasoning_content`` only with ``--reasoning_parser`` (seed 004 P1), gpt-oss
+with a trailing space; T-11 fresh chunk ``id``/``created`` per chunk before PR #14708 (2026-05-28), seen on 1.3.0rc6;
+T-12 ``"content":""``/``"reasoning_content":""`` on every chunk; T-13 finish on the last delta; T-14
+null extras in plain answers; T-15 ``tool_calls: []``; T-17 ids ``chatcmpl-tool-…``, named-tool deltas
+without ``id``; T-18 reasoning as ``reasoning_content`` only with ``--reasoning_parser`` (without one, ``<think>`` stays in content), gpt-oss
 uses ``reasoning``; T-23 flat errors, everything 400; T-24 a failing stream just breaks, no ``[DONE]``.
 
-Version boundary: 1.4 is the first minor release after the seed's 1.3.0rc6 (the notes give no release
+Version boundary: 1.4 is the first minor release after 1.3.0rc6 (docs/backend-quirks.md gives no release
 number for PR #14708 or the newer ``chat_utils``). The newer profile's two differences (history reasoning
 sent as ``reasoning``, ``reasoning_effort`` kept) already validate on the 1.3.0rc6-era source, so a wrong
 guess near the boundary costs no 400.
@@ -50,8 +50,8 @@ BEFORE_1_4 = Profile(
     name="trtllm",
     version="<1.4",
     doc=(
-        "TensorRT-LLM up to and including 1.3.0rc6 (seed 004): extra='forbid'; history reasoning dropped "
-        "(reasoning_content is a 400 there, P5); developer dropped by templates (P0); stream_options {} "
+        "TensorRT-LLM up to and including 1.3.0rc6 (T-1, T-2): extra='forbid'; history reasoning dropped "
+        "(reasoning_content is a 400 there); developer dropped by templates; stream_options {} "
         "turns usage on. reasoning_effort is dropped too: unsure which releases have it."
     ),
     developer_to_system=True,
@@ -67,7 +67,7 @@ FROM_1_4 = Profile(
     name="trtllm",
     version=">=1.4",
     doc=(
-        "TensorRT-LLM 1.4 and later (boundary: the first minor after seed 004's 1.3.0rc6; assumed to hold PR #14708 "
+        "TensorRT-LLM 1.4 and later (boundary: the first minor after 1.3.0rc6; assumed to hold PR #14708 "
         "of 2026-05-28 and the newer chat_utils): still extra='forbid' (the 2026 request model lacks the "
         "platform-only and legacy function fields); history reasoning sent as 'reasoning'; developer still "
         "dropped by templates; <think> split only with --reasoning_parser."

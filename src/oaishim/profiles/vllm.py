@@ -1,8 +1,8 @@
 """vLLM (``vllm serve``): profiles by version.
 
-Wire quirks (``shared/docs/backend-quirks.md`` §1 row; source file; issue), request side first:
+Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request side first:
   * V-1 unknown fields: accepted and ignored (``extra="allow"``, ``protocol.py``@0052bed3); before
-    PR #10463 (Nov 2024, ~v0.6.5) ``extra="forbid"`` → 400 ``extra_forbidden`` (seed 000, issues
+    PR #10463 (Nov 2024, ~v0.6.5) ``extra="forbid"`` → 400 ``extra_forbidden`` (issues
     #10093, #5797). Recorded 0.32: ``s1_unknown_field`` (``"foo": 1``) answers 200.
   * V-2 roles: any role reaches the HF chat template; templates without ``developer`` raise → 400
     "Unexpected message role" (#42407; still in v0.22.1 per ogx-ai/ogx #6069, 2026-06). PR #43590 maps
@@ -19,7 +19,7 @@ Wire quirks (``shared/docs/backend-quirks.md`` §1 row; source file; issue), req
     ``max_completion_tokens`` preferred in 2026. V-11 sampling defaults come from the model's
     ``generation_config.json``, not OpenAI's 1.0.
   * V-25 ``stream_options``: ``include_usage`` defaults to True when the object is present
-    (v0.10 / engine-split era, seed 000) → ``{}`` turns usage on; the 2026 default is False (recorded
+    (v0.10 / engine-split era) → ``{}`` turns usage on; the 2026 default is False (recorded
     0.32 ``s1_chat_stream_emptyopts`` has no usage chunk).
   * v0.10 ``reasoning_effort`` accepts only low/medium/high (``protocol.py``@0052bed3); 2026 none…max.
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
@@ -52,7 +52,7 @@ FORBID_ERA = Profile(
     name="vllm",
     version="<0.6.5",
     doc=(
-        "vLLM before PR #10463: extra='forbid' rejects every field its request model lacks (V-1, seed 000). "
+        "vLLM before PR #10463: extra='forbid' rejects every field its request model lacks (V-1). "
         "Unsure which newer OpenAI fields each 0.5/0.6 release had: parallel_tool_calls, reasoning_effort "
         "and max_completion_tokens are treated as missing; reasoning in history is dropped (a key the "
         "message TypedDict lacks may 400 as well)."

@@ -17,7 +17,7 @@ import orjson
 from oaishim.capture.redact import scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
-from oaishim.profiles.detect import detect
+from oaishim.profiles.detect import probe_paths, resolve
 from oaishim.server import relay
 from oaishim.server.asgi import (
     BodyTooLarge,
@@ -141,29 +141,30 @@ class Gateway:
         cached = self.profiles.get(route.name)
         if cached is not None:
             return cached
-        if route.profile != "auto":
+        paths = probe_paths(route.profile)  # auto and a family name detect; a pinned key does not
+        if not paths:
             profile = get_profile(route.profile)
         else:
-            profile, reason = await self._detect(route)
+            profile, reason = await self._detect(route, paths)
             log.info("model %s: profile %s (%s)", route.name, profile.name, reason)
         self.profiles[route.name] = profile
         return profile
 
-    async def _detect(self, route: ModelRoute) -> tuple[Profile, str]:
+    async def _detect(self, route: ModelRoute, paths: tuple[str, ...]) -> tuple[Profile, str]:
         found: dict[str, Any] = {}
         server: str | None = None
-        for key, path in (("version", "/version"), ("models", "/v1/models")):
+        for path in paths:
             try:
                 response = await self.upstreams.open(route, "GET", path, None, None)
                 server = server or response.headers.get("server")
                 raw = await response.read()
                 response.release()
-                found[key] = orjson.loads(raw) if response.status == 200 else None
+                found[path] = orjson.loads(raw) if response.status == 200 else None
             except (orjson.JSONDecodeError, aiohttp.ClientError):
-                found[key] = None
+                found[path] = None
             # An OpenAIError (no replica reachable, no answer in time) goes to the client: a profile
             # guessed from no answer at all would be cached for good.
-        return detect(server, found.get("version"), found.get("models"))
+        return resolve(route.profile, server, found)
 
     # -- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

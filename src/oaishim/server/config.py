@@ -59,7 +59,7 @@ class Settings:
     reasoning_field: ReasoningField = "reasoning_content"
     text_repair: bool = True  # split <think>, parse tool-call text, enforce stop strings at the gateway
     thinking_open: bool = False  # the chat template opens <think>: outputs start inside reasoning
-    special_tokens: SpecialTokens | None = None  # the model's protected tokens (seed 003)
+    special_tokens: SpecialTokens | None = None  # the model's protected tokens (kept whole, never cleaned)
     display_cleanup: bool = False  # strip non-end-of-turn special tokens such as <|im_start|> from display text
     max_body_bytes: int = 16 * 1024 * 1024
     # One SSE event or one plain body read from the backend; past it the client gets a 502.

@@ -1,7 +1,7 @@
 """Pieces shared by the plain-body and the stream normalisers: one place for each rule.
 
 * finish reasons: the official set only; ``tool_calls`` exactly when calls were made under
-  ``auto`` (OpenAI answers ``stop`` for a named tool choice, backend-quirks.md §0.1);
+  ``auto`` (OpenAI answers ``stop`` for a named tool choice, docs/backend-quirks.md §0.1);
 * tool-call ids: ``call_…``; a backend id that already has the prefix is kept, others are mapped
   to a stable ``call_`` id (so the same upstream id always gives the same client id);
 * logprobs: the endpoint's own shape, ``-inf`` clamped to -9999.0 as the spec says, extra keys

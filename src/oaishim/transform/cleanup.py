@@ -1,6 +1,6 @@
 """Display cleanup: named markup stripped from streamed text, never an end-of-turn token.
 
-Seed 003 (see :mod:`oaishim.transform.special`): a proxy's ``<\\|[^|]*\\|>`` cleanup also ate
+The failure this prevents (see :mod:`oaishim.transform.special`): a proxy's ``<\\|[^|]*\\|>`` cleanup also ate
 ``<|im_end|>``, the one token that told the front end the answer was complete. Two rules come out
 of it here:
 

@@ -57,7 +57,7 @@ class TextRepair:
         plan = self.plan
         self.stopper = StopMatcher(plan.stops, include_stop=plan.include_stop) if plan.stops else None
         # Every special token kept whole and an end-of-turn token ends the text (it used to flow
-        # on: seed 003's signal lost). Markup is stripped only at the end, from display text.
+        # on: the signal a cleanup regex once ate). Markup is stripped only at the end, from display text.
         self.holder = DisplayCleanup(plan.special, end_at_end_of_turn=True) if plan.special is not None else None
         strip = display_markup(plan.special or SpecialTokens(), plan.markup) if plan.cleanup else frozenset()
         self.cleaner = DisplayCleanup(SpecialTokens(), markup=strip) if strip else None
@@ -72,7 +72,7 @@ class TextRepair:
 
     @property
     def saw_end_of_turn(self) -> bool:
-        """An end-of-turn token passed (seed 003): the turn is over whatever the display shows."""
+        """An end-of-turn token passed: the turn is over whatever the display shows."""
         return self.holder is not None and self.holder.saw_end_of_turn
 
     @property

@@ -2,9 +2,9 @@
 
 ``prepare`` validates (``transform.validate``), then rewrites the body by reading the backend's
 :class:`~oaishim.profiles._base.Profile`; it never asks which backend it talks to. The rewrites, each
-with the quirk it undoes (backend-quirks.md §8, request side):
+with the quirk it undoes (docs/backend-quirks.md §8, request side):
 
-* ``null`` on an optional official field means "the default" (SPEC §1); the key is removed, so no
+* ``null`` on an optional official field means "the default" (docs/wire-format.md §1); the key is removed, so no
   backend can read it as something else (llama.cpp falls back per field, Go zero-values it).
 * ``developer`` messages are merged into the leading system message where the backend's templates
   drop or reject them (V-2, S-2, L-5, O-6).
@@ -37,7 +37,9 @@ from oaishim.transform.validate import Endpoint, validate
 
 __all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare"]
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # SPEC CreateCompletionRequest.max_tokens default
+COMPLETIONS_DEFAULT_MAX_TOKENS = (
+    16  # spec/openapi.yaml CreateCompletionRequest.max_tokens default (docs/wire-format.md §2)
+)
 
 # Optional official fields whose null means "the default" (all nullable in the spec).
 _NULL_IS_DEFAULT = frozenset(

@@ -1,7 +1,7 @@
 """Plain (non-stream) bodies: any backend's chat, completion or embeddings answer as the official one.
 
 The official object is built fresh from what it needs (so vendor keys never leak), following
-openai-wire-format.md §3–4: a message always has ``role``, ``content`` and ``refusal``;
+docs/wire-format.md §3–4: a message always has ``role``, ``content`` and ``refusal``;
 ``tool_calls`` only when there are calls, and then ``content: null`` unless there was text;
 reasoning only under the name the client asked for and never as ``""``; ``logprobs`` key always
 present; usage with the official keys. ``--keep-extensions`` copies the backend's own keys back.

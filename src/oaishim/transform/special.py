@@ -1,6 +1,6 @@
 """Special tokens in streamed text: which tokens they are, and keeping each one whole.
 
-Seed 003: a proxy cleaned ChatML markup out of the stream with ``<\\|[^|]*\\|>``. The pattern also
+The failure this prevents: a proxy in front of vLLM cleaned ChatML markup out of the stream with ``<\\|[^|]*\\|>``. The pattern also
 matched ``<|im_end|>``, the one token that told the front end the answer was complete, so the UI
 waited forever. Three rules come out of it; the first two live here, the third in
 :mod:`oaishim.transform.cleanup`:

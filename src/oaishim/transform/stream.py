@@ -2,7 +2,7 @@
 
 Each upstream SSE event is rewritten and handed back at once (nothing is buffered here; text
 repair, when a profile needs it, sits in front and holds back only what a tag needs). The output
-follows the official order (openai-wire-format.md §3): one ``id``, ``created`` and ``model`` on
+follows the official order (docs/wire-format.md §3): one ``id``, ``created`` and ``model`` on
 every chunk; per choice a role chunk first, then deltas, then ``finish_reason`` in its own chunk
 with ``delta: {}``; a usage chunk with ``choices: []`` only when the client asked; ``[DONE]``.
 

@@ -1,12 +1,12 @@
 """The one error shape a client sees, and the mapping of every backend's error bodies onto it.
 
 The official body is ``{"error": {"message": str, "type": str, "param": str|null, "code":
-str|null}}`` (openai-wire-format.md §5). The SDK picks its exception class, and whether to retry,
+str|null}}`` (docs/wire-format.md §5). The SDK picks its exception class, and whether to retry,
 from the HTTP status alone (400 BadRequest, 401 Authentication, 403 PermissionDenied, 404 NotFound,
 429 RateLimit, >=500 InternalServer; it retries 408, 409, 429 and >=500), so a status that does not
 fit the fault is as wrong as a malformed body.
 
-What the backends send instead (backend-quirks.md V-34, S-29, T-23, L-25, O-21):
+What the backends send instead (docs/backend-quirks.md V-34, S-29, T-23, L-25, O-21):
 
 * vLLM: ``{"error": {..., "type": "BadRequestError" | "Bad Request" | ..., "code": 400}}``
   (older: the same keys flat, with ``"object": "error"``); pydantic errors as Python reprs with

@@ -1,7 +1,7 @@
 """Tool calls that a backend started without a tool parser leaves as raw text in ``content``.
 
 vLLM without ``--tool-call-parser`` refuses ``tool_choice: "auto"``, and SGLang or TRT-LLM without
-one simply send the model's call markup as text (backend-quirks.md V-5, cross-server table). This
+one simply send the model's call markup as text (docs/backend-quirks.md V-5, cross-server table). This
 stage reads that text back into tool calls, token by token, for four formats, one module each:
 
 * ``hermes`` (Hermes, Qwen 2.5/3, ``_hermes``): ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``,

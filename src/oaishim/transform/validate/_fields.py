@@ -36,7 +36,7 @@ _EMBEDDINGS: frozenset[Endpoint] = frozenset({"embeddings"})
 
 @dataclass(frozen=True, slots=True)
 class _Field:
-    """A scalar field: its JSON type and range, and the endpoints that define it (SPEC §1, §2)."""
+    """A scalar field: its JSON type and range, and the endpoints that define it (docs/wire-format.md §1, §2)."""
 
     name: str
     kind: Kind

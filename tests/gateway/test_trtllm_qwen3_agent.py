@@ -1,8 +1,8 @@
-"""Seed 004's six problems (TensorRT-LLM 1.3.0rc6 + Qwen3 behind the OpenClaw agent), each through the
+"""The six problems of TensorRT-LLM 1.3.0rc6 serving Qwen3 to the OpenClaw agent (see ``_trt.py``), each through the
 gateway (profile ``trtllm@0``) in front of a simulated trtllm-serve 1.3.0rc6 (``_trt.TrtSim``, a test
-double written from the seed and backend-quirks.md §3). Each test asserts on what the client receives
-and/or what the backend saw; the controls (profile ``openai``: nothing rewritten) reproduce the seed's
-failures, so the tests can fail. Ends with the seed's 18-turn agent loop through the official SDK.
+double written from docs/backend-quirks.md §3). Each test asserts on what the client receives
+and/or what the backend saw; the controls (profile ``openai``: nothing rewritten) reproduce the agent's
+failures, so the tests can fail. Ends with the agent's 18-turn loop through the official SDK.
 
 P0 ``developer`` dropped by the template; P1 ``<think>`` in ``content``, ``reasoning_content: ""``;
 P2 a fresh chunk ``id``; P3 ``tool_calls: []``; P4 non-standard null fields; P5 history
@@ -51,8 +51,8 @@ ASK_WEATHER: list[dict[str, Any]] = [
     {"role": "user", "content": "查看北京天气"},
 ]
 HELLO: list[dict[str, Any]] = [{"role": "user", "content": "你好"}]
-# A profile that passes developer and history reasoning_content through (the seed's setup, no gateway).
-PASS_THROUGH = "llamacpp"
+# A profile that passes developer and history reasoning_content through (the agent talking to TRT directly, no gateway).
+PASS_THROUGH = "llamacpp@b9174"
 NULL_EXTRAS = {"stop_reason", "mm_embedding_handle", "disaggregated_params", "avg_decoded_tokens_per_iter"}
 
 
@@ -130,7 +130,7 @@ def test_p0_control_without_the_profile_trt_drops_developer_and_no_tool_is_calle
     assert trt.rendered[-1] == [{"role": "user", "content": "查看北京天气"}]
     choice = json.loads(out)["choices"][0]
     assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
-    assert choice["message"]["content"] == ANSWER_NO_TOOLS  # the seed's symptom: a plain-text refusal
+    assert choice["message"]["content"] == ANSWER_NO_TOOLS  # the agent's symptom: a plain-text refusal
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -269,8 +269,8 @@ def test_p5_history_reasoning_content_is_dropped_not_a_400(
 
 
 def test_p5_control_passed_through_trt_answers_400(backend: Replayer, trt: TrtSim, gateways: Any) -> None:
-    # "llamacpp" (b9174+) sends history reasoning as reasoning_content and leaves developer alone: the
-    # seed's own setup, OpenClaw talking to TRT directly. ("openai" drops history reasoning too.)
+    # "llamacpp@b9174" sends history reasoning as reasoning_content and leaves developer alone: the
+    # original setup, OpenClaw talking to TRT directly. ("openai" drops history reasoning too.)
     status, _, out = chat(gateways, {"messages": HISTORY, "tools": TOOLS}, profile=PASS_THROUGH)
     assert status == 400
     assert "reasoning_content" in backend.seen[-1].json()["messages"][2]
@@ -283,7 +283,7 @@ def test_p5_the_newer_profile_sends_reasoning_which_1_3_0rc6_accepts(
     backend: Replayer, trt: TrtSim, gateways: Any
 ) -> None:
     """trtllm.py: "a wrong guess near the boundary costs no 400" — ``reasoning`` passes the 1.3.0rc6 union."""
-    status, _, _ = chat(gateways, {"messages": HISTORY, "tools": TOOLS}, profile="trtllm")
+    status, _, _ = chat(gateways, {"messages": HISTORY, "tools": TOOLS}, profile="trtllm@1.4")
     assert status == 200 and trt.rejected == []
     sent = backend.seen[-1].json()["messages"][2]
     assert sent["reasoning"] == HISTORY[2]["reasoning_content"] and "reasoning_content" not in sent
@@ -302,7 +302,7 @@ def test_fields_trt_forbids_are_dropped_and_reported(backend: Replayer, trt: Trt
 
 
 # ---------------------------------------------------------------------------------------------------
-# The seed's 18-turn agent loop, through the official SDK
+# The agent's 18-turn loop, through the official SDK
 
 
 class Tee(httpx2.HTTPTransport):

@@ -1,4 +1,4 @@
-"""Seed 000's list of differences (vLLM's OpenAI layer), each on real vLLM 0.32 traffic replayed
+"""The documented differences of vLLM's OpenAI layer (docs/backend-quirks.md §1), each on real vLLM 0.32 traffic replayed
 behind the gateway: the client sees what the official API would send."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def through(
     request, canned = recorded(name)
     request.update(changes)
     backend.push(canned)
-    status, _, out = post(gateways("vllm") + path, request)
+    status, _, out = post(gateways("vllm@0.32") + path, request)
     return request, status, out
 
 
@@ -85,7 +85,7 @@ def test_stream_options_without_include_usage_gives_no_usage(backend: Replayer, 
     request.pop("stream_options", None)
     request.update(changes)
     backend.push(canned)
-    _status, _, out = post(gateways("vllm") + "/v1/chat/completions", request)
+    _status, _, out = post(gateways("vllm@0.32") + "/v1/chat/completions", request)
     got = chunks(out)
     assert all("usage" not in c for c in got)
     assert all(c["choices"] for c in got)
