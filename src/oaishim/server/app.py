@@ -36,7 +36,6 @@ from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recorder, open_upstream, recording_for
 from oaishim.server.upstream import Upstreams, chunks
-from oaishim.transform import response as normalize
 from oaishim.transform.context import ResponseContext, ToolChoiceMode
 from oaishim.transform.repair import RepairPlan, plan_tool_names
 from oaishim.transform.request import Endpoint, PreparedRequest, prepare
@@ -57,11 +56,6 @@ ENDPOINTS: dict[str, Endpoint] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
-}
-NORMALIZERS = {
-    "chat": normalize.normalize_chat,
-    "completions": normalize.normalize_completion,
-    "embeddings": normalize.normalize_embeddings,
 }
 # The gateway's own routes and the one method each answers; another method gets 405.
 OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/models": "GET", "/health": "GET"}
@@ -299,7 +293,7 @@ class Gateway:
             if prepared.stream:
                 await relay.relay_stream(response, ctx, send, extra, tap, limit)
             else:
-                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra, tap, limit)
+                await relay.relay_plain(response, ctx, endpoint, send, extra, tap, limit)
         finally:
             response.release()
 
