@@ -21,10 +21,10 @@ import upstream
 from loadgen import request_body
 
 from oaishim.profiles import get_profile
-from oaishim.server.app import response_context
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.transform.pipe import StreamPipe
-from oaishim.transform.request import prepare
+from oaishim.transform.plan import response_context
+from oaishim.transform.request import prepare, rewrite
 from oaishim.transform.response import normalize_chat
 from oaishim.transform.validate import validate
 
@@ -43,8 +43,7 @@ def plain(n: int) -> float:
     t0 = time.process_time()
     for _ in range(n):
         body = orjson.loads(raw_request)
-        validate("chat", body)
-        prepared = prepare("chat", body, PROFILE, upstream_model=None)
+        prepared = rewrite("chat", validate("chat", body), PROFILE, upstream_model=None)  # as the gateway does
         orjson.dumps(prepared.body)
         ctx = response_context("chat", prepared, SETTINGS)
         orjson.dumps(normalize_chat(orjson.loads(raw_response), ctx))

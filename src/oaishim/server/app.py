@@ -36,9 +36,9 @@ from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recorder, open_upstream, recording_for
 from oaishim.server.upstream import Upstreams, chunks
-from oaishim.transform.context import ResponseContext, ToolChoiceMode
-from oaishim.transform.repair import RepairPlan, plan_tool_names
-from oaishim.transform.request import Endpoint, PreparedRequest, prepare
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.plan import response_context
+from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
 from oaishim.transform.validate import validate
 from oaishim.wire.errors import (
     OpenAIError,
@@ -59,52 +59,6 @@ ENDPOINTS: dict[str, Endpoint] = {
 }
 # The gateway's own routes and the one method each answers; another method gets 405.
 OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/models": "GET", "/health": "GET"}
-
-
-def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
-    choice = prepared.tool_choice
-    if not prepared.tools_offered or choice == "none":
-        return "none"
-    if choice is None or choice == "auto":
-        return "auto"
-    return "required" if choice == "required" else "named"
-
-
-def response_context(
-    endpoint: Endpoint, prepared: PreparedRequest, settings: Settings, markup: frozenset[str] = frozenset()
-) -> ResponseContext:
-    """What the response side must produce for this request, under these settings (``markup``: what
-    the profile names as display markup)."""
-    chat = endpoint == "chat"
-    repair = settings.text_repair
-    format_type = prepared.body.get("response_format")
-    structured = isinstance(format_type, dict) and format_type.get("type") in ("json_object", "json_schema")
-    plan = RepairPlan(
-        # Split <think> whatever the profile says: a server flag or a request parameter can turn a
-        # backend's parser off, and users rarely know how their server was started.
-        reasoning=repair and chat,
-        starts_in_reasoning=settings.thinking_open,
-        tools=repair and chat and prepared.tools_offered and prepared.tool_choice != "none",
-        tool_names=plan_tool_names(prepared.body.get("tools")),
-        stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
-        include_stop=prepared.include_stop_str_in_output,
-        special=settings.special_tokens if repair else None,
-        # Never inside structured output: JSON the client asked for reaches it byte for byte.
-        cleanup=repair and settings.display_cleanup and not structured,
-        markup=markup,
-    )
-    return ResponseContext(
-        model=prepared.client_model,
-        chat=chat,
-        include_usage=prepared.include_usage,
-        logprobs=bool(prepared.logprobs) if chat else prepared.logprobs is not None,
-        top_logprobs=(prepared.top_logprobs or 0) if chat else int(prepared.logprobs or 0),
-        tool_mode=_tool_mode(prepared),
-        reasoning_field=settings.reasoning_field,
-        keep_extensions=settings.keep_extensions,
-        repair=plan,
-        context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
-    )
 
 
 class Gateway:
@@ -248,9 +202,10 @@ class Gateway:
                     f"The model `{model}` does not exist or you do not have access to it.", code="model_not_found"
                 )
             raise bad_request("you must provide a model parameter", param="model")
-        validate(endpoint, body)  # before detection, which would reach the backend for a refused request
+        # Validated once, before detection, which would reach the backend for a refused request
+        client = validate(endpoint, body)
         profile = await self.profile_for(route)
-        prepared = prepare(endpoint, body, profile, upstream_model=route.upstream_model)
+        prepared = rewrite(endpoint, client, profile, upstream_model=route.upstream_model)
         ctx = response_context(endpoint, prepared, self.settings, profile.display_markup)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         work = self._exchange(route, path, endpoint, prepared, ctx, send, extra, profile, rec)
