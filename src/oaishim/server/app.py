@@ -11,7 +11,6 @@ import logging
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 
 from oaishim.capture.redact import scrub_bytes, secret_needles
@@ -34,8 +33,10 @@ from oaishim.server.asgi import (
 )
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.recording import Recorder, open_upstream, recording_for
-from oaishim.server.upstream import Upstreams, chunks
+from oaishim.server.recording import RecordingUpstream, recording_for
+from oaishim.server.seam import Upstream
+from oaishim.server.seam import header as response_header
+from oaishim.server.upstream import Upstreams
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
@@ -62,10 +63,12 @@ OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/models": "GET", "/health"
 
 
 class Gateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
+        """``upstream``: what the backends are reached through (the aiohttp client unless given;
+        the tests give an in-process one)."""
         self.settings = settings
         self.keys = KeyRing(settings.api_keys)
-        self.upstreams = Upstreams(settings)
+        self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
         self.started = int(time.time())
         self.recording = recording_for(settings)  # None unless --capture DIR
@@ -101,14 +104,15 @@ class Gateway:
         found: dict[str, Any] = {}
         server: str | None = None
         for key, path in (("version", "/version"), ("models", "/v1/models")):
+            response = await self.upstreams.open(route, "GET", path, None, None)
+            server = server or response_header(response, b"server")
             try:
-                response = await self.upstreams.open(route, "GET", path, None, None)
-                server = server or response.headers.get("server")
-                raw = await response.read()
-                response.release()
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
                 found[key] = orjson.loads(raw) if response.status == 200 else None
-            except (orjson.JSONDecodeError, aiohttp.ClientError):
+            except (orjson.JSONDecodeError, OpenAIError):  # a body cut off or too large: no answer
                 found[key] = None
+            finally:
+                response.close()
             # An OpenAIError (no replica reachable, no answer in time) goes to the client: a profile
             # guessed from no answer at all would be cached for good.
         return detect(server, found.get("version"), found.get("models"))
@@ -121,12 +125,14 @@ class Gateway:
         if scope["type"] != "http":
             return
         rec = None if self.recording is None or scope["path"] == "/health" else self.recording.begin(scope)
+        upstream = self.upstreams
         if rec is not None:
             receive, send = rec.wrap(receive, send)
+            upstream = RecordingUpstream(upstream, rec)
         if self.secrets:
             send = scrubbing(send, self.secrets)
         try:
-            await self._http(scope, receive, send, rec)
+            await self._http(scope, receive, send, upstream)
         except OpenAIError as error:
             await send_error(send, error)
         except ClientGone:
@@ -146,7 +152,7 @@ class Gateway:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         method = scope["method"]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         try:
@@ -164,7 +170,7 @@ class Gateway:
         if own is not None and method != own:
             raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
         if path in ENDPOINTS:
-            await self._openai(ENDPOINTS[path], path, scope, receive, send, rec)
+            await self._openai(ENDPOINTS[path], path, receive, send, upstream)
         elif path == "/v1/models":
             await self._models(send)
         elif path.startswith("/v1/models/") and method == "GET":
@@ -175,7 +181,7 @@ class Gateway:
                 raise not_found(f"Invalid URL ({method} {path})")
             if not verdict:
                 raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
-            await self._passthrough(path, scope, receive, send, rec)
+            await self._passthrough(path, scope, receive, send, upstream)
 
     async def _body(self, receive: Receive) -> bytes:
         try:
@@ -183,9 +189,7 @@ class Gateway:
         except BodyTooLarge:
             raise too_large(self.settings.max_body_bytes) from None
 
-    async def _openai(
-        self, endpoint: Endpoint, path: str, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None
-    ) -> None:
+    async def _openai(self, endpoint: Endpoint, path: str, receive: Receive, send: Send, upstream: Upstream) -> None:
         raw = await self._body(receive)
         try:
             body = orjson.loads(raw)
@@ -208,11 +212,14 @@ class Gateway:
         prepared = rewrite(endpoint, client, profile, upstream_model=route.upstream_model)
         ctx = response_context(endpoint, prepared, self.settings, profile.display_markup)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
-        work = self._exchange(route, path, endpoint, prepared, ctx, send, extra, profile, rec)
+        if isinstance(upstream, RecordingUpstream):
+            upstream.recorder.raw.profile = profile.name
+        work = self._exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
         await relay.watching_client(receive, work)
 
     async def _exchange(
         self,
+        upstream: Upstream,
         route: ModelRoute,
         path: str,
         endpoint: Endpoint,
@@ -221,36 +228,32 @@ class Gateway:
         send: Send,
         extra: Headers,
         profile: Profile,
-        rec: Recorder | None = None,
     ) -> None:
-        if rec is not None:
-            rec.raw.profile = profile.name
-        response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(prepared.body))
+        response = await upstream.open(route, "POST", path, orjson.dumps(prepared.body))
         refusal = profile.auto_tools_refusal
         parses_tools = ctx.repair is not None and ctx.repair.tools
         if response.status == 400 and refusal and parses_tools and prepared.tool_choice == "auto":
             # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5); the
             # gateway parses tool calls written as text, so it asks again with "none".
             try:
-                raw = await relay.read_all(response, limit=self.settings.max_upstream_event_bytes)
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
             finally:
-                response.release()
+                response.close()
             if refusal.encode() not in raw:
                 error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
-                await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
+                await send_error(send, error, [*extra, *retry_headers(response.headers)])
                 return
             log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
             body = {**prepared.body, "tool_choice": "none"}
-            response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(body))
-        tap = rec.upstream_read if rec is not None else None
+            response = await upstream.open(route, "POST", path, orjson.dumps(body))
         limit = self.settings.max_upstream_event_bytes
         try:
             if prepared.stream:
-                await relay.relay_stream(response, ctx, send, extra, tap, limit)
+                await relay.relay_stream(response, ctx, send, extra, limit)
             else:
-                await relay.relay_plain(response, ctx, endpoint, send, extra, tap, limit)
+                await relay.relay_plain(response, ctx, endpoint, send, extra, limit)
         finally:
-            response.release()
+            response.close()
 
     async def _names(self) -> list[str]:
         """The model names clients may use: the routes', and a wildcard backend's own."""
@@ -259,11 +262,12 @@ class Gateway:
         if wildcard is not None:
             response = await self.upstreams.open(wildcard, "GET", "/v1/models", None, None)
             try:
-                listing = orjson.loads(await response.read()) if response.status == 200 else {}
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
+                listing = orjson.loads(raw) if response.status == 200 else {}
             except orjson.JSONDecodeError:
                 listing = {}
             finally:
-                response.release()
+                response.close()
             data = listing.get("data") if isinstance(listing, dict) else None
             names += [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
         return list(dict.fromkeys(names))
@@ -282,34 +286,29 @@ class Gateway:
             )
         await send_json(send, 200, self._card(name))
 
-    async def _passthrough(
-        self, path: str, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None
-    ) -> None:
+    async def _passthrough(self, path: str, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         """A listed backend path (``/tokenize``, ``/version``, …), sent to the first model's backend with
         the gateway's upstream key: the answer's body as it is, its errors in the official shape."""
         body = await self._body(receive)
         query = quote_query(scope.get("query_string", b""))
         content_type = header(scope, b"content-type")
-        response = await open_upstream(
-            self.upstreams,
-            rec,
+        response = await upstream.open(
             self.settings.models[0],
             scope["method"],
             path + ("?" + query if query else ""),
             body or None,
             content_type.decode("latin-1") if content_type else None,
         )
-        tap = rec.upstream_read if rec is not None else None
         try:
             if response.status >= 400:
-                raw = b"".join([piece async for piece in chunks(response, tap)])
+                raw = b"".join([piece async for piece in response.pieces()])
                 error = normalize_upstream_error(response.status, scrub_bytes(raw, self.secrets))
-                await send_error(send, error, retry_headers(response.raw_headers))
+                await send_error(send, error, retry_headers(response.headers))
                 return
-            headers = passthrough_headers(response.raw_headers)
+            headers = passthrough_headers(response.headers)
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            async for piece in chunks(response, tap):
+            async for piece in response.pieces():
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.release()
+            response.close()

@@ -19,11 +19,9 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-import aiohttp
-
 from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
 from oaishim.server.config import Settings
-from oaishim.server.upstream import Tap, chunks
+from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pipe import StreamPipe, plain_answer, upstream_too_large
 from oaishim.transform.validate import Endpoint
@@ -35,15 +33,14 @@ SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream; charset=utf-8"), 
 DEFAULT_LIMIT = Settings().max_upstream_event_bytes
 
 
-async def read_all(response: aiohttp.ClientResponse, tap: Tap | None = None, limit: int = DEFAULT_LIMIT) -> bytes:
+async def read_all(response: UpstreamResponse, limit: int = DEFAULT_LIMIT) -> bytes:
     """The whole body, at most ``limit`` bytes; a broken or idle upstream, or a longer body, raises
-    OpenAIError (``response.read()`` would raise aiohttp's own errors, which reach the client as a
-    bare 500, and would hold a body of any size)."""
+    OpenAIError (a read of the whole body would hold a body of any size)."""
     if (response.content_length or 0) > limit:
         raise upstream_too_large(limit, "a body")
     parts: list[bytes] = []
     size = 0
-    async for chunk in chunks(response, tap):
+    async for chunk in response.pieces():
         size += len(chunk)
         if size > limit:
             raise upstream_too_large(limit, "a body")
@@ -52,16 +49,10 @@ async def read_all(response: aiohttp.ClientResponse, tap: Tap | None = None, lim
 
 
 async def relay_plain(
-    response: aiohttp.ClientResponse,
-    ctx: ResponseContext,
-    endpoint: Endpoint,
-    send: Send,
-    extra: Headers,
-    tap: Tap | None = None,
-    limit: int = DEFAULT_LIMIT,
+    response: UpstreamResponse, ctx: ResponseContext, endpoint: Endpoint, send: Send, extra: Headers, limit: int
 ) -> None:
     try:
-        raw = await read_all(response, tap, limit)
+        raw = await read_all(response, limit)
     except OpenAIError as error:
         response.close()  # the rest of the body is not read: the connection cannot be reused
         await send_error(send, error, extra)
@@ -69,7 +60,7 @@ async def relay_plain(
     try:
         out = plain_answer(endpoint, response.status, raw, ctx)
     except OpenAIError as error:
-        retry = retry_headers(response.raw_headers) if response.status >= 400 else []
+        retry = retry_headers(response.headers) if response.status >= 400 else []
         await send_error(send, error, [*extra, *retry])
         return
     except Exception:
@@ -126,48 +117,34 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
 
 
 async def relay_stream(
-    response: aiohttp.ClientResponse,
-    ctx: ResponseContext,
-    send: Send,
-    extra: Headers,
-    tap: Tap | None = None,
-    limit: int = DEFAULT_LIMIT,
+    response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers, limit: int
 ) -> None:
     if response.status >= 400:
         try:
             error = normalize_upstream_error(
-                response.status, await read_all(response, tap, limit), context_param=ctx.context_param
+                response.status, await read_all(response, limit), context_param=ctx.context_param
             )
         except OpenAIError as failure:
             response.close()
             error = failure
-        await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
+        await send_error(send, error, [*extra, *retry_headers(response.headers)])
         return
-    pipe = StreamPipe(ctx, sse=(response.content_type or "").startswith("text/event-stream"), max_event=limit)
+    pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=limit)
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
     tail = b""
     try:
         if (response.content_length or 0) > limit:
             tail = pipe.fail(upstream_too_large(limit, "a body"))
         else:
-            async for piece in chunks(response, tap):
+            async for piece in response.pieces():
                 out = pipe.feed(piece)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if pipe.close_upstream:
                     break
             tail = pipe.flush()
-    except OpenAIError as error:
+    except OpenAIError as error:  # the upstream broke, went silent or passed its deadline
         tail = pipe.fail(error)
-    except (aiohttp.ClientError, ConnectionError) as exc:
-        tail = pipe.fail(
-            OpenAIError(
-                502,
-                f"The upstream connection broke in the middle of the stream ({type(exc).__name__}).",
-                "server_error",
-                code="upstream_disconnected",
-            )
-        )
     except Exception:
         # The pipe never raises for what the upstream sends; this is the relay or a send: still one
         # error event and the end for the client, and the details for whoever reads the log.
