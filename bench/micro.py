@@ -4,7 +4,7 @@ cost in ``transform/`` and ``wire/`` (CPU time, so a busy machine disturbs it le
     .venv/bin/python bench/micro.py [--repeat 5]
 
 Prints one JSON line: µs per plain request (validate + prepare + normalise + serialise) and per
-streamed chunk (SSE decode + normalise + serialise), each the best of ``--repeat`` runs.
+streamed chunk (the stream pipe: SSE decode + normalise + encode), each the best of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ import upstream
 from loadgen import request_body
 
 from oaishim.profiles import get_profile
-from oaishim.server.app import response_context
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.transform.request import prepare
+from oaishim.transform.pipe import StreamPipe
+from oaishim.transform.plan import response_context
+from oaishim.transform.request import prepare, rewrite
 from oaishim.transform.response import normalize_chat
-from oaishim.transform.stream import StreamNormalizer
 from oaishim.transform.validate import validate
-from oaishim.wire.sse import SSEDecoder
 
 SETTINGS = Settings(models=(ModelRoute("bench", ("http://127.0.0.1:1",), "vllm"),))
 PROFILE = get_profile("vllm")
@@ -44,8 +43,7 @@ def plain(n: int) -> float:
     t0 = time.process_time()
     for _ in range(n):
         body = orjson.loads(raw_request)
-        validate("chat", body)
-        prepared = prepare("chat", body, PROFILE, upstream_model=None)
+        prepared = rewrite("chat", validate("chat", body), PROFILE, upstream_model=None)  # as the gateway does
         orjson.dumps(prepared.body)
         ctx = response_context("chat", prepared, SETTINGS)
         orjson.dumps(normalize_chat(orjson.loads(raw_response), ctx))
@@ -59,14 +57,10 @@ def stream(n_streams: int, tokens: int) -> float:
     pieces = [_dechunk(e) for e in events] + [_dechunk(upstream.FINISH), b"data: [DONE]\n\n"]
     t0 = time.process_time()
     for _ in range(n_streams):
-        decoder = SSEDecoder()
-        normalizer = StreamNormalizer(response_context("chat", prepared, SETTINGS))
+        pipe = StreamPipe(response_context("chat", prepared, SETTINGS))
         for piece in pieces:  # one read per event, as when tokens arrive one at a time
-            out: list[bytes] = []
-            for event in decoder.feed(piece):
-                out += normalizer.feed(event.data)
-            b"".join(out)
-        normalizer.flush()
+            pipe.feed(piece)
+        pipe.flush()
     return (time.process_time() - t0) / (n_streams * len(pieces)) * 1e6
 
 

@@ -3,13 +3,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from _fake import FakeUpstream, inprocess_gateways
 from _servers import Replayer, RunningGateway, free_port
 
 from oaishim.server.config import ModelRoute, Settings
 
 
+def _in_process(request: pytest.FixtureRequest) -> bool:
+    """A module with ``IN_PROCESS = True`` tests gateway logic: no sockets (``_fake``)."""
+    return bool(getattr(request.module, "IN_PROCESS", False))
+
+
 @pytest.fixture(scope="module")
-def backend() -> Iterator[Replayer]:
+def backend(request: pytest.FixtureRequest) -> Iterator[Replayer | FakeUpstream]:
+    if _in_process(request):
+        yield FakeUpstream()
+        return
     with Replayer() as replayer:
         yield replayer
 
@@ -17,7 +26,7 @@ def backend() -> Iterator[Replayer]:
 @pytest.fixture(autouse=True)
 def _fresh_backend(request: pytest.FixtureRequest) -> None:
     if "backend" in request.fixturenames:
-        replayer: Replayer = request.getfixturevalue("backend")
+        replayer: Replayer | FakeUpstream = request.getfixturevalue("backend")
         replayer.queue.clear()
         replayer.seen.clear()
         replayer.closed_early.clear()
@@ -27,8 +36,11 @@ GatewayFactory = Callable[..., RunningGateway]
 
 
 @pytest.fixture(scope="module")
-def gateways(backend: Replayer) -> Iterator[Callable[..., str]]:
+def gateways(request: pytest.FixtureRequest, backend: Replayer | FakeUpstream) -> Iterator[Callable[..., str]]:
     """Start gateways in front of the replaying backend, one per distinct configuration, kept for the module."""
+    if isinstance(backend, FakeUpstream):
+        yield from inprocess_gateways(backend)
+        return
     running: dict[tuple[object, ...], RunningGateway] = {}
 
     def start(profile: str = "openai", *, name: str = "*", api_keys: tuple[str, ...] = (), **settings: object) -> str:

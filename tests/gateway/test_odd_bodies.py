@@ -1,6 +1,6 @@
 """No request body makes the gateway fail: deep nesting, numbers and strings at JSON's edges, odd shapes.
 
-Each body goes over a real socket to a running gateway, as raw bytes (json.dumps would refuse or
+Each body goes to the gateway app (in process, see _fake.py) as raw bytes (json.dumps would refuse or
 rewrite several of them). Every answer is an official 400 (or, for what the official API accepts, a
 relayed 200), never a 500 or a plain-text page.
 """
@@ -11,10 +11,13 @@ import json
 from typing import Any
 
 import pytest
+from _fake import call
 from _servers import Canned, Replayer
-from test_http import VLLM, call, official_error
+from test_http import VLLM, official_error
 
 from oaishim.transform.validate import MAX_DEPTH
+
+IN_PROCESS = True  # the gateway app in process, behind _fake.FakeUpstream (conftest)
 
 MESSAGES = b'"messages": [{"role": "user", "content": "hi"}]'
 
@@ -89,3 +92,17 @@ def test_edge_bodies_the_official_api_accepts_go_through(
     status, _, body = call(url + "/v1/chat/completions", "POST", raw)
     assert status == 200, body
     assert len(backend.seen) == 1
+
+
+def test_a_request_is_validated_once(backend: Replayer, gateways: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway validates before it learns the profile, and the rewrite does not validate again."""
+    import oaishim.transform.validate as validation
+
+    seen: list[object] = []
+    check_schema = validation.check_schema
+    monkeypatch.setattr(validation, "check_schema", lambda *args: seen.append(args) or check_schema(*args))
+    url = gateways("vllm", name="tiny")
+    backend.push(Canned((VLLM / "s1_chat.body").read_bytes()))
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    status, _, _ = call(url + "/v1/chat/completions", "POST", body)
+    assert status == 200 and len(seen) == 1

@@ -4,16 +4,18 @@ client gets what the official API would send (the checker finds no error) and th
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from _fake import call
 from _servers import Canned, Replayer
 
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
+
+IN_PROCESS = True  # the gateway app in process, behind _fake.FakeUpstream (conftest)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LIVE = FIXTURES / "openai-live"
@@ -26,15 +28,7 @@ ALLOW_REASONING = CheckOptions(extensions_as_notes=True)
 
 
 def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    request.add_header("content-type", "application/json")
-    for key, value in (headers or {}).items():
-        request.add_header(key, value)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+    return call(url, "POST", body, headers)
 
 
 def errors(findings: list[Any]) -> list[tuple[str, str, Any, str]]:

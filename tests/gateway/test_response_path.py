@@ -9,15 +9,16 @@ and the end of the stream, never a cut connection or a bare 500.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
+from _fake import call
 from _servers import Canned, Replayer
 
 from oaishim.check import check, exchange_from_bytes
 from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
+
+IN_PROCESS = True  # the gateway app in process, behind _fake.FakeUpstream (conftest)
 
 MiB = 1024 * 1024
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -25,13 +26,7 @@ LEGACY = {"model": "m", "prompt": "hi"}
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+    return call(url + path, "POST", body)
 
 
 def sse(*events: dict[str, Any] | str) -> bytes:

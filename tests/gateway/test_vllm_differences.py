@@ -13,6 +13,8 @@ from test_replay_fixtures import post
 
 from oaishim.check import check, exchange_from_bytes
 
+IN_PROCESS = True  # the gateway app in process, behind _fake.FakeUpstream (conftest)
+
 VLLM = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "vllm-0.32-cpu"
 
 

@@ -16,7 +16,7 @@ import orjson
 
 from oaishim.check import CheckOptions, Exchange, check
 from oaishim.transform.context import ResponseContext
-from oaishim.transform.stream import StreamNormalizer
+from oaishim.transform.pipe import StreamPipe
 from oaishim.wire.sse import SSEDecoder
 
 
@@ -32,8 +32,8 @@ def _llama(index: int, delta: dict[str, Any], finish: str | None = None) -> str:
 
 
 def _run(events: list[str], *, chat: bool = True) -> tuple[list[dict[str, Any]], list[str]]:
-    normalizer = StreamNormalizer(ResponseContext(model="tiny", chat=chat))
-    raw = b"".join(b for e in events for b in normalizer.feed(e)) + b"".join(normalizer.flush())
+    pipe = StreamPipe(ResponseContext(model="tiny", chat=chat))
+    raw = b"".join(pipe.feed(b"data: " + e.encode() + b"\n\n") for e in events) + pipe.flush()
     decoder = SSEDecoder()
     sse = decoder.feed(raw) + decoder.flush()
     request = {"model": "tiny", "messages": [], "stream": True, "n": 2}

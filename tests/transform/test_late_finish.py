@@ -18,10 +18,9 @@ import pytest
 
 from oaishim.check import check, exchange_from_bytes
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.repair import RepairPlan
-from oaishim.transform.stream import StreamNormalizer
 from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
-from oaishim.wire.sse import SSEDecoder
 
 
 def sse(*chunks: dict[str, Any] | str) -> bytes:
@@ -78,16 +77,9 @@ TWO = sse(
 
 
 def relay(raw_pieces: list[bytes], ctx: ResponseContext) -> bytes:
-    """What the relay does with the upstream bytes: decode, rewrite, flush at the end of the body."""
-    decoder, normalizer = SSEDecoder(), StreamNormalizer(ctx)
-    out: list[bytes] = []
-    for piece in raw_pieces:
-        for event in decoder.feed(piece):
-            out += normalizer.feed(event.data)
-    for event in decoder.flush():
-        out += normalizer.feed(event.data)
-    out += normalizer.flush()
-    return b"".join(out)
+    """What the relay does with the upstream bytes: the stream pipe, flushed at the end of the body."""
+    pipe = StreamPipe(ctx)
+    return b"".join(pipe.feed(piece) for piece in raw_pieces) + pipe.flush()
 
 
 def every_split(raw: bytes) -> list[list[bytes]]:

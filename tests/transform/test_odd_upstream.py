@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from _props import examples
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.repair import RepairPlan
 from oaishim.transform.response import normalize_chat, normalize_completion
-from oaishim.transform.stream import StreamNormalizer
 from oaishim.wire.errors import OpenAIError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -118,11 +118,10 @@ def assert_well_ended(out: list[bytes]) -> None:
 
 
 def run_stream(events: list[str], ctx: ResponseContext) -> list[bytes]:
-    normalizer = StreamNormalizer(ctx)
-    out: list[bytes] = []
-    for event in events:
-        out += normalizer.feed(event)
-    return out + normalizer.flush()
+    """Each event as its own upstream read, through the stream pipe; the client's events, one each."""
+    pipe = StreamPipe(ctx)
+    raw = b"".join(pipe.feed(b"data: " + event.encode() + b"\n\n") for event in events) + pipe.flush()
+    return [event + b"\n\n" for event in raw.split(b"\n\n") if event]
 
 
 def _mutated_events(data: st.DataObject, streams: list[tuple[str, list[str]]]) -> list[str]:

@@ -26,10 +26,10 @@ from _props import examples
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, Text, join_text
+from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.repair import RepairPlan, TextRepair, plan_tool_names, repair_text
 from oaishim.transform.response import normalize_completion
 from oaishim.transform.special import SpecialTokens
-from oaishim.transform.stream import StreamNormalizer
 from oaishim.wire.accumulate import accumulate_chat
 
 CHATML = SpecialTokens.from_config(special=["<|im_start|>", "<|im_end|>"], end_of_turn=["<|im_end|>"])
@@ -388,23 +388,27 @@ def request_for(plan: RepairPlan) -> dict[str, Any]:
     return request
 
 
+def split_events(raw: bytes) -> list[bytes]:
+    """The pipe's bytes as one ``data: …\\n\\n`` event each."""
+    return [event + b"\n\n" for event in raw.split(b"\n\n") if event]
+
+
 def stream(pieces: list[str], plan: RepairPlan, finish: str | None = "stop") -> tuple[bytes, dict[str, Any]]:
     """Each piece in its own upstream chunk (then the finish, when the backend sends one, and
     [DONE]); the gateway's bytes and what the client accumulates from them."""
     ctx = ResponseContext(model="tiny", tool_mode="auto" if plan.tools else "none", repair=plan)
-    normalizer = StreamNormalizer(ctx)
+    pipe = StreamPipe(ctx)
     events = [vllm_chunk({"role": "assistant", "content": ""})]
     events += [vllm_chunk({"content": piece}) for piece in pieces]
     if finish is not None:
         events.append(vllm_chunk({"content": ""}, finish))
     events.append("[DONE]")
-    out: list[bytes] = []
+    raw = b""
     for event in events:
-        out += normalizer.feed(event)
-        if normalizer.stopped:
+        raw += pipe.feed(b"data: " + event.encode() + b"\n\n")
+        if pipe.close_upstream:
             break  # what the relay does: a stop at the gateway closes the upstream
-    out += normalizer.flush()
-    raw = b"".join(out)
+    raw += pipe.flush()
     assert raw.endswith(b"data: [DONE]\n\n")
     chunks = [json.loads(line[6:]) for line in raw.split(b"\n\n") if line.startswith(b"data: {")]
     return raw, accumulate_chat(chunks)
@@ -537,12 +541,9 @@ def test_legacy_completions_plain_agrees_with_the_stream(label: str, plan: Repai
     plain = normalize_completion({"choices": [{"index": 0, "text": LEGACY, "finish_reason": "length"}]}, ctx)
     assert (plain["choices"][0]["text"], plain["choices"][0]["finish_reason"]) == (want, "stop")
     for cut in range(len(LEGACY) + 1):
-        normalizer = StreamNormalizer(ResponseContext(model="tiny", chat=False, repair=plan))
+        pipe = StreamPipe(ResponseContext(model="tiny", chat=False, repair=plan))
         events = [legacy_chunk(p) for p in (LEGACY[:cut], LEGACY[cut:]) if p] + [legacy_chunk("", "length"), "[DONE]"]
-        out: list[bytes] = []
-        for event in events:
-            out += normalizer.feed(event)
-        out += normalizer.flush()
+        out = split_events(b"".join(pipe.feed(b"data: " + e.encode() + b"\n\n") for e in events) + pipe.flush())
         chunks = [json.loads(b[6:]) for b in out if b.startswith(b"data: {")]
         assert "".join(c["choices"][0]["text"] for c in chunks) == want, cut
         assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
@@ -553,13 +554,14 @@ def test_nothing_upstream_matters_after_a_stop_at_the_gateway() -> None:
     """Once a stop string ends every choice the relay stops reading; the cut-off event its decoder
     then flushes (or any later event) must not turn the finished answer into an error event."""
     plan = RepairPlan(stops=("END",))
-    normalizer = StreamNormalizer(ResponseContext(model="tiny", repair=plan))
-    out = normalizer.feed(vllm_chunk({"role": "assistant", "content": ""}))
-    out += normalizer.feed(vllm_chunk({"content": "one END two"}))
-    assert normalizer.stopped
-    assert normalizer.feed('{"id":"chatcmpl-80643039') == []  # half an event
-    assert normalizer.feed(vllm_chunk({"content": " three"})) == []
-    out += normalizer.flush()
+    pipe = StreamPipe(ResponseContext(model="tiny", repair=plan))
+    raw = pipe.feed(b"data: " + vllm_chunk({"role": "assistant", "content": ""}).encode() + b"\n\n")
+    raw += pipe.feed(b"data: " + vllm_chunk({"content": "one END two"}).encode() + b"\n\ndata: ")
+    assert pipe.close_upstream and pipe.ended  # the stream's end is already out
+    assert pipe.feed(b'{"id":"chatcmpl-80643039') == b""  # half an event
+    assert pipe.feed(b"\n\ndata: " + vllm_chunk({"content": " three"}).encode() + b"\n\n") == b""
+    assert pipe.flush() == b""
+    out = split_events(raw)
     assert out[-1] == b"data: [DONE]\n\n"
     (choice,) = accumulate_chat(json.loads(b[6:]) for b in out[:-1])["choices"]
     assert (choice["message"]["content"], choice["finish_reason"]) == ("one ", "stop")

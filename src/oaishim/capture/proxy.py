@@ -15,8 +15,8 @@ import logging
 from oaishim.server import relay
 from oaishim.server.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_error
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.recording import Recorder, Recording, open_upstream
-from oaishim.server.upstream import Upstreams, chunks
+from oaishim.server.recording import Recorder, Recording, RecordingUpstream
+from oaishim.server.upstream import Upstreams
 from oaishim.wire.errors import OpenAIError, too_large
 
 log = logging.getLogger("oaishim.capture.proxy")
@@ -99,17 +99,16 @@ class CaptureProxy:
     async def _exchange(
         self, method: str, target: str, body: bytes, headers: list[tuple[str, str]], send: Send, recorder: Recorder
     ) -> None:
-        response = await open_upstream(
-            self.upstreams, recorder, self.route, method, target, body or None, None, headers=headers
-        )
+        upstream = RecordingUpstream(self.upstreams, recorder)
+        response = await upstream.open(self.route, method, target, body or None, None, headers=headers)
         try:
-            returned = [(k, v) for k, v in response.raw_headers if k.lower() not in NOT_RETURNED]
+            returned = [(k, v) for k, v in response.headers if k.lower() not in NOT_RETURNED]
             await send({"type": "http.response.start", "status": response.status, "headers": returned})
             try:
-                async for piece in chunks(response, recorder.upstream_read):
+                async for piece in response.pieces():
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
             except OpenAIError as exc:
                 raise UpstreamBroke(f"the upstream broke off in the middle of the body: {exc.message}") from None
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.release()  # back to the pool when it was read to its end, else closed
+            response.close()  # back to the pool when it was read to its end, else closed

@@ -11,7 +11,6 @@ import logging
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 
 from oaishim.capture.redact import scrub_bytes, secret_needles
@@ -34,12 +33,13 @@ from oaishim.server.asgi import (
 )
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.recording import Recorder, open_upstream, recording_for
-from oaishim.server.upstream import Upstreams, chunks
-from oaishim.transform import response as normalize
-from oaishim.transform.context import ResponseContext, ToolChoiceMode
-from oaishim.transform.repair import RepairPlan, plan_tool_names
-from oaishim.transform.request import Endpoint, PreparedRequest, prepare
+from oaishim.server.recording import RecordingUpstream, recording_for
+from oaishim.server.seam import Upstream
+from oaishim.server.seam import header as response_header
+from oaishim.server.upstream import Upstreams
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.plan import response_context
+from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
 from oaishim.transform.validate import validate
 from oaishim.wire.errors import (
     OpenAIError,
@@ -58,66 +58,17 @@ ENDPOINTS: dict[str, Endpoint] = {
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
 }
-NORMALIZERS = {
-    "chat": normalize.normalize_chat,
-    "completions": normalize.normalize_completion,
-    "embeddings": normalize.normalize_embeddings,
-}
 # The gateway's own routes and the one method each answers; another method gets 405.
 OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/models": "GET", "/health": "GET"}
 
 
-def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
-    choice = prepared.tool_choice
-    if not prepared.tools_offered or choice == "none":
-        return "none"
-    if choice is None or choice == "auto":
-        return "auto"
-    return "required" if choice == "required" else "named"
-
-
-def response_context(
-    endpoint: Endpoint, prepared: PreparedRequest, settings: Settings, markup: frozenset[str] = frozenset()
-) -> ResponseContext:
-    """What the response side must produce for this request, under these settings (``markup``: what
-    the profile names as display markup)."""
-    chat = endpoint == "chat"
-    repair = settings.text_repair
-    format_type = prepared.body.get("response_format")
-    structured = isinstance(format_type, dict) and format_type.get("type") in ("json_object", "json_schema")
-    plan = RepairPlan(
-        # Split <think> whatever the profile says: a server flag or a request parameter can turn a
-        # backend's parser off, and users rarely know how their server was started.
-        reasoning=repair and chat,
-        starts_in_reasoning=settings.thinking_open,
-        tools=repair and chat and prepared.tools_offered and prepared.tool_choice != "none",
-        tool_names=plan_tool_names(prepared.body.get("tools")),
-        stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
-        include_stop=prepared.include_stop_str_in_output,
-        special=settings.special_tokens if repair else None,
-        # Never inside structured output: JSON the client asked for reaches it byte for byte.
-        cleanup=repair and settings.display_cleanup and not structured,
-        markup=markup,
-    )
-    return ResponseContext(
-        model=prepared.client_model,
-        chat=chat,
-        include_usage=prepared.include_usage,
-        logprobs=bool(prepared.logprobs) if chat else prepared.logprobs is not None,
-        top_logprobs=(prepared.top_logprobs or 0) if chat else int(prepared.logprobs or 0),
-        tool_mode=_tool_mode(prepared),
-        reasoning_field=settings.reasoning_field,
-        keep_extensions=settings.keep_extensions,
-        repair=plan,
-        context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
-    )
-
-
 class Gateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
+        """``upstream``: what the backends are reached through (the aiohttp client unless given;
+        the tests give an in-process one)."""
         self.settings = settings
         self.keys = KeyRing(settings.api_keys)
-        self.upstreams = Upstreams(settings)
+        self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
         self.started = int(time.time())
         self.recording = recording_for(settings)  # None unless --capture DIR
@@ -154,14 +105,15 @@ class Gateway:
         found: dict[str, Any] = {}
         server: str | None = None
         for path in paths:
+            response = await self.upstreams.open(route, "GET", path, None, None)
+            server = server or response_header(response, b"server")
             try:
-                response = await self.upstreams.open(route, "GET", path, None, None)
-                server = server or response.headers.get("server")
-                raw = await response.read()
-                response.release()
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
                 found[path] = orjson.loads(raw) if response.status == 200 else None
-            except (orjson.JSONDecodeError, aiohttp.ClientError):
+            except (orjson.JSONDecodeError, OpenAIError):  # a body cut off or too large: no answer
                 found[path] = None
+            finally:
+                response.close()
             # An OpenAIError (no replica reachable, no answer in time) goes to the client: a profile
             # guessed from no answer at all would be cached for good.
         return resolve(route.profile, server, found)
@@ -174,12 +126,14 @@ class Gateway:
         if scope["type"] != "http":
             return
         rec = None if self.recording is None or scope["path"] == "/health" else self.recording.begin(scope)
+        upstream = self.upstreams
         if rec is not None:
             receive, send = rec.wrap(receive, send)
+            upstream = RecordingUpstream(upstream, rec)
         if self.secrets:
             send = scrubbing(send, self.secrets)
         try:
-            await self._http(scope, receive, send, rec)
+            await self._http(scope, receive, send, upstream)
         except OpenAIError as error:
             await send_error(send, error)
         except ClientGone:
@@ -199,7 +153,7 @@ class Gateway:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         method = scope["method"]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         try:
@@ -217,7 +171,7 @@ class Gateway:
         if own is not None and method != own:
             raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
         if path in ENDPOINTS:
-            await self._openai(ENDPOINTS[path], path, scope, receive, send, rec)
+            await self._openai(ENDPOINTS[path], path, receive, send, upstream)
         elif path == "/v1/models":
             await self._models(send)
         elif path.startswith("/v1/models/") and method == "GET":
@@ -228,7 +182,7 @@ class Gateway:
                 raise not_found(f"Invalid URL ({method} {path})")
             if not verdict:
                 raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
-            await self._passthrough(path, scope, receive, send, rec)
+            await self._passthrough(path, scope, receive, send, upstream)
 
     async def _body(self, receive: Receive) -> bytes:
         try:
@@ -236,9 +190,7 @@ class Gateway:
         except BodyTooLarge:
             raise too_large(self.settings.max_body_bytes) from None
 
-    async def _openai(
-        self, endpoint: Endpoint, path: str, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None
-    ) -> None:
+    async def _openai(self, endpoint: Endpoint, path: str, receive: Receive, send: Send, upstream: Upstream) -> None:
         raw = await self._body(receive)
         try:
             body = orjson.loads(raw)
@@ -255,16 +207,20 @@ class Gateway:
                     f"The model `{model}` does not exist or you do not have access to it.", code="model_not_found"
                 )
             raise bad_request("you must provide a model parameter", param="model")
-        validate(endpoint, body)  # before detection, which would reach the backend for a refused request
+        # Validated once, before detection, which would reach the backend for a refused request
+        client = validate(endpoint, body)
         profile = await self.profile_for(route)
-        prepared = prepare(endpoint, body, profile, upstream_model=route.upstream_model)
+        prepared = rewrite(endpoint, client, profile, upstream_model=route.upstream_model)
         ctx = response_context(endpoint, prepared, self.settings, profile.display_markup)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
-        work = self._exchange(route, path, endpoint, prepared, ctx, send, extra, profile, rec)
+        if isinstance(upstream, RecordingUpstream):
+            upstream.recorder.raw.profile = profile.name
+        work = self._exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
         await relay.watching_client(receive, work)
 
     async def _exchange(
         self,
+        upstream: Upstream,
         route: ModelRoute,
         path: str,
         endpoint: Endpoint,
@@ -273,36 +229,32 @@ class Gateway:
         send: Send,
         extra: Headers,
         profile: Profile,
-        rec: Recorder | None = None,
     ) -> None:
-        if rec is not None:
-            rec.raw.profile = profile.name
-        response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(prepared.body))
+        response = await upstream.open(route, "POST", path, orjson.dumps(prepared.body))
         refusal = profile.auto_tools_refusal
         parses_tools = ctx.repair is not None and ctx.repair.tools
         if response.status == 400 and refusal and parses_tools and prepared.tool_choice == "auto":
             # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5); the
             # gateway parses tool calls written as text, so it asks again with "none".
             try:
-                raw = await relay.read_all(response, limit=self.settings.max_upstream_event_bytes)
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
             finally:
-                response.release()
+                response.close()
             if refusal.encode() not in raw:
                 error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
-                await send_error(send, error, [*extra, *retry_headers(response.raw_headers)])
+                await send_error(send, error, [*extra, *retry_headers(response.headers)])
                 return
             log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
             body = {**prepared.body, "tool_choice": "none"}
-            response = await open_upstream(self.upstreams, rec, route, "POST", path, orjson.dumps(body))
-        tap = rec.upstream_read if rec is not None else None
+            response = await upstream.open(route, "POST", path, orjson.dumps(body))
         limit = self.settings.max_upstream_event_bytes
         try:
             if prepared.stream:
-                await relay.relay_stream(response, ctx, send, extra, tap, limit)
+                await relay.relay_stream(response, ctx, send, extra, limit)
             else:
-                await relay.relay_plain(response, ctx, NORMALIZERS[endpoint], send, extra, tap, limit)
+                await relay.relay_plain(response, ctx, endpoint, send, extra, limit)
         finally:
-            response.release()
+            response.close()
 
     async def _names(self) -> list[str]:
         """The model names clients may use: the routes', and a wildcard backend's own."""
@@ -311,11 +263,12 @@ class Gateway:
         if wildcard is not None:
             response = await self.upstreams.open(wildcard, "GET", "/v1/models", None, None)
             try:
-                listing = orjson.loads(await response.read()) if response.status == 200 else {}
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
+                listing = orjson.loads(raw) if response.status == 200 else {}
             except orjson.JSONDecodeError:
                 listing = {}
             finally:
-                response.release()
+                response.close()
             data = listing.get("data") if isinstance(listing, dict) else None
             names += [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
         return list(dict.fromkeys(names))
@@ -334,34 +287,29 @@ class Gateway:
             )
         await send_json(send, 200, self._card(name))
 
-    async def _passthrough(
-        self, path: str, scope: Scope, receive: Receive, send: Send, rec: Recorder | None = None
-    ) -> None:
+    async def _passthrough(self, path: str, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         """A listed backend path (``/tokenize``, ``/version``, …), sent to the first model's backend with
         the gateway's upstream key: the answer's body as it is, its errors in the official shape."""
         body = await self._body(receive)
         query = quote_query(scope.get("query_string", b""))
         content_type = header(scope, b"content-type")
-        response = await open_upstream(
-            self.upstreams,
-            rec,
+        response = await upstream.open(
             self.settings.models[0],
             scope["method"],
             path + ("?" + query if query else ""),
             body or None,
             content_type.decode("latin-1") if content_type else None,
         )
-        tap = rec.upstream_read if rec is not None else None
         try:
             if response.status >= 400:
-                raw = b"".join([piece async for piece in chunks(response, tap)])
+                raw = b"".join([piece async for piece in response.pieces()])
                 error = normalize_upstream_error(response.status, scrub_bytes(raw, self.secrets))
-                await send_error(send, error, retry_headers(response.raw_headers))
+                await send_error(send, error, retry_headers(response.headers))
                 return
-            headers = passthrough_headers(response.raw_headers)
+            headers = passthrough_headers(response.headers)
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            async for piece in chunks(response, tap):
+            async for piece in response.pieces():
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.release()
+            response.close()

@@ -2,8 +2,8 @@
 
 A :class:`Recorder` follows one exchange through its phases, as mitmproxy's hooks do: the client
 request received (``wrap`` sees every ASGI message), the upstream request sent and its response
-headers (``open_upstream``), each upstream read (``upstream_read``, the ``tap`` of
-``upstream.chunks``), each piece sent to the client (``wrap`` again), and the end (``end``). On the
+headers, and each upstream read (:class:`RecordingUpstream`, a wrapper around the upstream seam),
+each piece sent to the client (``wrap`` again), and the end (``end``). On the
 request path it only reads a clock and appends references to lists; the record is built, redacted,
 checked and written by the store's thread (``capture.store``), and ``end`` never blocks.
 """
@@ -11,11 +11,8 @@ checked and written by the store's thread (``capture.store``), and ``end`` never
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-
-import aiohttp
-from aiohttp.typedefs import LooseHeaders
 
 from oaishim.capture.build import build_record, warm_up
 from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
@@ -25,7 +22,7 @@ from oaishim.capture.store import CaptureWriter
 from oaishim.check import CheckOptions
 from oaishim.server.asgi import Message, Receive, Scope, Send
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.upstream import Upstreams
+from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse
 
 now = time.perf_counter_ns
 
@@ -75,11 +72,11 @@ class Recorder:
             else:
                 response.complete = True
 
-    def upstream_sent(self, t_ns: int, response: aiohttp.ClientResponse, body: bytes | None) -> None:
-        info = response.request_info
-        self.raw.upstream_request = RawRequest(t_ns, info.method, str(info.url), list(info.headers.items()))
+    def upstream_sent(self, t_ns: int, response: UpstreamResponse, body: bytes | None) -> None:
+        sent = response.request
+        self.raw.upstream_request = RawRequest(t_ns, sent.method, sent.url, sent.headers)
         self.raw.upstream_request.body.append(body or b"")
-        self.raw.upstream_response = RawResponse(now(), response.status, list(response.raw_headers))
+        self.raw.upstream_response = RawResponse(now(), response.status, list(response.headers))
 
     def end(self, error: str | None = None) -> None:
         self.raw.end_ns = now()
@@ -92,23 +89,71 @@ class Recorder:
         self._writer.submit(self.raw)
 
 
-async def open_upstream(
-    upstreams: Upstreams,
-    recorder: Recorder | None,
-    route: ModelRoute,
-    method: str,
-    path: str,
-    body: bytes | None,
-    content_type: str | None = "application/json",
-    headers: LooseHeaders | None = None,
-) -> aiohttp.ClientResponse:
-    """``upstreams.open``, noting the request as sent and the response headers as received."""
-    if recorder is None:
-        return await upstreams.open(route, method, path, body, content_type, headers=headers)
-    started = now()
-    response = await upstreams.open(route, method, path, body, content_type, headers=headers)
-    recorder.upstream_sent(started, response, body)
-    return response
+class RecordingUpstream:
+    """An upstream (any ``server.seam.Upstream``) whose requests, response heads and body pieces one
+    :class:`Recorder` notes as they pass."""
+
+    __slots__ = ("inner", "recorder")
+
+    def __init__(self, inner: Upstream, recorder: Recorder) -> None:
+        self.inner, self.recorder = inner, recorder
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def open(
+        self,
+        route: ModelRoute,
+        method: str,
+        path: str,
+        body: bytes | None,
+        content_type: str | None = "application/json",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> UpstreamResponse:
+        started = now()
+        response = await self.inner.open(route, method, path, body, content_type, headers)
+        self.recorder.upstream_sent(started, response, body)
+        return RecordingResponse(response, self.recorder)
+
+
+class RecordingResponse:
+    __slots__ = ("inner", "recorder")
+
+    def __init__(self, inner: UpstreamResponse, recorder: Recorder) -> None:
+        self.inner, self.recorder = inner, recorder
+
+    @property
+    def status(self) -> int:
+        return self.inner.status
+
+    @property
+    def headers(self) -> RawHeaders:
+        return self.inner.headers
+
+    @property
+    def content_type(self) -> str:
+        return self.inner.content_type
+
+    @property
+    def content_length(self) -> int | None:
+        return self.inner.content_length
+
+    @property
+    def request(self) -> SentRequest:
+        return self.inner.request
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        read = self.recorder.upstream_read
+        async for piece in self.inner.pieces():
+            read(piece)
+            yield piece
+        read(b"")
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class CheckBudget:

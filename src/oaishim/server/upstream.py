@@ -1,5 +1,8 @@
 """Talking to backends: one connection pool, replicas in round robin, timeouts that end in errors.
 
+The aiohttp implementation of the seam (``server.seam``): ``Upstreams`` is an ``Upstream``, and
+``open`` returns an :class:`AiohttpResponse`, so no aiohttp type leaves this module.
+
 A replica that refuses the connection is skipped and the next one tried — only before any byte
 went to the client, which holds by construction: nothing is sent before ``open()`` returns.
 """
@@ -9,24 +12,35 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
-from aiohttp.typedefs import LooseHeaders
 from yarl import URL
 
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.seam import RawHeaders, SentRequest
 from oaishim.wire.errors import OpenAIError, bad_request
 from oaishim.wire.paths import BadTarget, join_upstream
 
 log = logging.getLogger("oaishim.upstream")
-Tap = Callable[[bytes], None]  # sees each piece of a body as it is read, then b"" at its end
 
 
 # Headers aiohttp would add on its own; a request sent with the client's headers gets only those.
 _AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
 KEEPALIVE_SECONDS = 4.0
+
+
+def request_headers(route: ModelRoute, content_type: str | None) -> dict[str, str]:
+    """The headers the gateway sends a backend (the client's are never forwarded)."""
+    # identity: the gateway rewrites bodies, so it reads them uncompressed (passthrough keeps
+    # whatever encoding the backend chose, with its header)
+    headers = {"accept": "application/json, text/event-stream", "accept-encoding": "identity"}
+    if content_type:
+        headers["content-type"] = content_type
+    if route.upstream_api_key:
+        headers["authorization"] = f"Bearer {route.upstream_api_key}"
+    return headers
 
 
 @dataclass(slots=True)
@@ -70,16 +84,6 @@ class Upstreams:
             await self.session.close()
             self.session = None
 
-    def _headers(self, route: ModelRoute, content_type: str | None) -> dict[str, str]:
-        # identity: the gateway rewrites bodies, so it reads them uncompressed (passthrough keeps
-        # whatever encoding the backend chose, with its header)
-        headers = {"accept": "application/json, text/event-stream", "accept-encoding": "identity"}
-        if content_type:
-            headers["content-type"] = content_type
-        if route.upstream_api_key:
-            headers["authorization"] = f"Bearer {route.upstream_api_key}"
-        return headers
-
     async def open(
         self,
         route: ModelRoute,
@@ -87,8 +91,8 @@ class Upstreams:
         path: str,
         body: bytes | None,
         content_type: str | None = "application/json",
-        headers: LooseHeaders | None = None,
-    ) -> aiohttp.ClientResponse:
+        headers: list[tuple[str, str]] | None = None,
+    ) -> AiohttpResponse:
         """Send one request, trying the replicas in turn while connecting fails; return once the
         response headers are in (the first-byte timeout covers that wait). ``path`` is an
         origin-form target (``/…``, with its query), sent byte for byte; a target that would leave
@@ -117,7 +121,7 @@ class Upstreams:
                             method,
                             url,
                             data=body,
-                            headers=self._headers(route, content_type) if headers is None else headers,
+                            headers=request_headers(route, content_type) if headers is None else headers,
                             skip_auto_headers=None if headers is None else _AUTO_HEADERS,
                             allow_redirects=False,
                             # aiohttp's total bounds the body reads too (they raise a plain TimeoutError)
@@ -128,7 +132,7 @@ class Upstreams:
                             ),
                         )
                     _bound_silences(response, settings.idle_timeout, total)
-                    return response
+                    return AiohttpResponse(response)
                 except aiohttp.ClientConnectorError as exc:
                     log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
                     last = exc
@@ -197,24 +201,45 @@ def _bound_silences(response: aiohttp.ClientResponse, idle: float, total: float 
         connection.protocol.start_timeout()
 
 
-async def chunks(response: aiohttp.ClientResponse, tap: Tap | None = None) -> AsyncIterator[bytes]:
-    """The body as it arrives; an idle upstream (no byte within the idle timeout) raises OpenAIError."""
-    try:
-        async for chunk in response.content.iter_any():
-            if tap is not None:
-                tap(chunk)
-            yield chunk
-        if tap is not None:
-            tap(b"")
-    except TimeoutError as exc:
-        raise OpenAIError(504, _expired(response, exc), "server_error", code="upstream_timeout") from exc
-    except aiohttp.ClientPayloadError as exc:
-        raise OpenAIError(
-            502,
-            f"The upstream connection broke in the middle of the response ({_fault(exc)}).",
-            "server_error",
-            code="upstream_disconnected",
-        ) from exc
+class AiohttpResponse:
+    """An aiohttp response behind the seam's ``UpstreamResponse``: its body's failures as OpenAIError."""
+
+    __slots__ = ("_response", "content_length", "content_type", "headers", "status")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers: RawHeaders = response.raw_headers
+        self.content_type = (response.content_type or "").lower()
+        self.content_length = response.content_length
+
+    @property
+    def request(self) -> SentRequest:
+        info = self._response.request_info
+        return SentRequest(info.method, str(info.url), list(info.headers.items()))
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; an idle upstream (no byte within the idle timeout) raises OpenAIError."""
+        response = self._response
+        try:
+            async for chunk in response.content.iter_any():
+                yield chunk
+        except TimeoutError as exc:
+            raise OpenAIError(504, _expired(response, exc), "server_error", code="upstream_timeout") from exc
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            raise OpenAIError(
+                502,
+                f"The upstream connection broke in the middle of the response ({_fault(exc)}).",
+                "server_error",
+                code="upstream_disconnected",
+            ) from exc
+
+    def close(self) -> None:
+        response = self._response
+        if response.content.is_eof():
+            response.release()  # read to its end: back to the pool
+        else:
+            response.close()  # the backend stops now
 
 
 def _expired(response: aiohttp.ClientResponse, exc: TimeoutError) -> str:

@@ -1,6 +1,6 @@
 """Turn a client's request into the one a given backend reads as the client meant it.
 
-``prepare`` validates (``transform.validate``), then rewrites the body by reading the backend's
+``prepare`` validates (``transform.validate``), then rewrites (``rewrite``) the body by reading the backend's
 :class:`~oaishim.profiles._base.Profile`; it never asks which backend it talks to. The rewrites, each
 with the quirk it undoes (docs/backend-quirks.md §8, request side):
 
@@ -35,7 +35,7 @@ from typing import Any
 from oaishim.profiles._base import Profile
 from oaishim.transform.validate import Endpoint, validate
 
-__all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare"]
+__all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare", "rewrite"]
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = (
     16  # spec/openapi.yaml CreateCompletionRequest.max_tokens default (docs/wire-format.md §2)
@@ -226,7 +226,18 @@ def prepare(
     Raises :class:`~oaishim.wire.errors.OpenAIError` (400, ``param`` set) for what the official API
     refuses. ``upstream_model`` replaces ``model`` when the backend knows the model by another name.
     """
-    client = validate(endpoint, body)
+    return rewrite(endpoint, validate(endpoint, body), profile, upstream_model=upstream_model)
+
+
+def rewrite(
+    endpoint: Endpoint,
+    client: Mapping[str, Any],
+    profile: Profile,
+    *,
+    upstream_model: str | None = None,
+) -> PreparedRequest:
+    """``prepare`` for a body that ``validate`` already passed (the gateway validates before it
+    learns the backend's profile, which may take a request to the backend)."""
     out = {k: v for k, v in client.items() if not (v is None and k in _NULL_IS_DEFAULT)}
     dropped: list[str] = []
     stream = client.get("stream") is True

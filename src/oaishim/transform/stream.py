@@ -1,7 +1,8 @@
 """The stream normaliser: any backend's chat or legacy completion stream in, the official one out.
 
-Each upstream SSE event is rewritten and handed back at once (nothing is buffered here; text
-repair, when a profile needs it, sits in front and holds back only what a tag needs). The output
+Each upstream SSE event is rewritten and handed back at once as official chunk dicts (nothing is
+buffered here; text repair, when a profile needs it, sits in front and holds back only what a tag
+needs); an encoder (``transform.encode``) writes them, and ``transform.pipe`` joins the two. The output
 follows the official order (docs/wire-format.md §3): one ``id``, ``created`` and ``model`` on
 every chunk; per choice a role chunk first, then deltas, then ``finish_reason`` in its own chunk
 with ``delta: {}``; a usage chunk with ``choices: []`` only when the client asked; ``[DONE]``.
@@ -12,10 +13,11 @@ that text goes to the client before the finish, which stays last. A choice the g
 (a stop string, an end-of-turn token) finishes at once; nothing of it is read after that.
 
 A stream that ends without its finish (a backend killed mid-stream, a TRT-LLM stream that just
-stops) ends in one ``data: {"error": …}`` event instead, so the official SDKs raise rather than
-return a silently truncated answer. So does a chunk the gateway cannot read (a field with the wrong
-JSON type) and any fault of the gateway's own while rewriting: it is logged with the response id,
-and the client gets one error event and the end, never a cut connection.
+stops) fails instead (``ended`` with an ``error``; the chat encoder writes one ``data: {"error": …}``
+event), so the official SDKs raise rather than return a silently truncated answer. So does a chunk
+the gateway cannot read (a field with the wrong JSON type) and any fault of the gateway's own while
+rewriting: it is logged with the response id, and the client gets one error event and the end, never
+a cut connection.
 
 State is one :class:`_Choice` per upstream choice index. States: ``waiting`` (nothing sent yet),
 ``open`` (role chunk sent), ``finished`` (finish chunk sent); ``held`` is the upstream's finish
@@ -35,9 +37,9 @@ from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pieces import CallStart, Piece, Text, merge
 from oaishim.transform.repair import TextRepair
-from oaishim.wire.errors import OpenAIError, error_event, is_error_body, normalize_upstream_error
+from oaishim.wire.errors import OpenAIError, is_error_body, normalize_upstream_error
 
-DONE = b"data: [DONE]\n\n"
+Chunk = dict[str, Any]  # one normalised official chunk, for an encoder (transform.encode) to write
 log = logging.getLogger("oaishim.stream")
 
 
@@ -75,31 +77,21 @@ class StreamNormalizer:
         self._numbered = 0  # output indices given so far: in the order choices open, from 0
         self.usage: dict[str, Any] | None = None
         self.done = False  # upstream sent [DONE]
-        self.ended = False  # we sent [DONE] or an error event
+        self.ended = False  # the stream is over: it ended normally (flush) or failed (fail)
         self._extra: dict[str, Any] = {}  # --keep-extensions: the current upstream chunk's own keys
         self._choice_extra: dict[str, Any] = {}
-        envelope = orjson.dumps(
-            {
-                "id": ctx.response_id,
-                "object": "chat.completion.chunk" if ctx.chat else "text_completion",
-                "created": ctx.created,
-                "model": ctx.model,
-            }
-        )
-        self._head = b"data: " + envelope[:-1] + b',"choices":'
+        self.error: OpenAIError | None = None  # why the stream failed, once ended by fail()
+        self._object = "chat.completion.chunk" if ctx.chat else "text_completion"
+        self.stop_seen = False  # a stop at the gateway ended some choice (``stopped`` asks more only then)
         # the chat spec: usage null on every chunk but the last (legacy: not nullable)
-        self._tail = b',"usage":null}\n\n' if ctx.include_usage and ctx.chat else b"}\n\n"
+        self._null_usage = ctx.include_usage and ctx.chat
 
     # -- framing ---------------------------------------------------------------------------
-    def _chunk(self, choices: list[dict[str, Any]], usage: Any = ...) -> bytes:
+    def _chunk(self, choices: list[dict[str, Any]], usage: Any = ...) -> Chunk:
         ctx = self.ctx
-        if usage is ... and not self._extra:
-            # The common chunk: the envelope is the same every time, so it is rendered once and
-            # only the choices are serialised (the same bytes orjson gives for the whole dict).
-            return self._head + orjson.dumps(choices) + self._tail
-        chunk: dict[str, Any] = {
+        chunk = {
             "id": ctx.response_id,
-            "object": "chat.completion.chunk" if ctx.chat else "text_completion",
+            "object": self._object,
             "created": ctx.created,
             "model": ctx.model,
             "choices": choices,
@@ -108,11 +100,11 @@ class StreamNormalizer:
             chunk.update(self._extra)
         if usage is not ...:
             chunk["usage"] = usage
-        elif ctx.include_usage and ctx.chat:
-            chunk["usage"] = None  # the chat spec: null on every chunk but the last (legacy: not nullable)
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        elif self._null_usage:
+            chunk["usage"] = None
+        return chunk
 
-    def _delta(self, index: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> bytes:
+    def _delta(self, index: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> Chunk:
         if self.ctx.chat:
             choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
@@ -122,29 +114,29 @@ class StreamNormalizer:
         return self._chunk([choice])
 
     # -- input -----------------------------------------------------------------------------
-    def feed(self, data: str) -> list[bytes]:
-        """The client's bytes for one upstream event; never raises (a fault ends the stream with an error)."""
+    def feed(self, data: str, parsed: Any = None) -> list[Chunk]:
+        """The official chunks for the data of one upstream event (``parsed``: that data already
+        parsed, as for a plain body read as a stream); never raises (a fault ends the stream with an
+        error: ``ended`` and ``error`` are set)."""
+        if self.ended or self.done or (self.stop_seen and self.stopped):
+            # After a stop at the gateway the rest of the upstream is not read: a later event, or
+            # the cut-off one the pipe's decoder flushes, must not turn the answer into an error.
+            return []
         try:  # one try around the whole event: free in Python 3.11 until something raises
-            if self.ended or self.done or self.stopped:
-                # After a stop at the gateway the rest of the upstream is not read: a later event, or
-                # the cut-off one the relay's decoder flushes, must not turn the answer into an error.
-                return []
-            if data.strip() == "[DONE]":
+            if parsed is not None:
+                chunk = parsed
+            elif data[:1] != "{" and data.strip() == "[DONE]":
                 self.done = True
                 return self._release()
-            try:
+            else:
                 chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                return self.fail(
-                    OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
-                )
             if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
                 return []
             if "choices" not in chunk and is_error_body(chunk):
                 return self.fail(normalize_upstream_error(200, chunk))
             if self.ctx.keep_extensions:
                 self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
-            out: list[bytes] = []
+            out: list[Chunk] = []
             choices = chunk.get("choices")
             if choices is not None and not isinstance(choices, list):
                 raise _parts.unreadable("choices", choices, "an array")
@@ -161,8 +153,12 @@ class StreamNormalizer:
             return out
         except OpenAIError as error:  # a chunk that cannot be read
             return self.fail(error)
+        except orjson.JSONDecodeError:
+            return self.fail(
+                OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
+            )
         except Exception:
-            log.exception("stream %s (model %s): failed to rewrite the event %.300r", *self._where(), data)
+            log.exception("stream %s (model %s): failed to rewrite the event %.300r", *self._where(), data or parsed)
             return self.fail(self._internal())
 
     def _where(self) -> tuple[str, str]:
@@ -180,11 +176,11 @@ class StreamNormalizer:
             state = self.choices[upstream_index] = _Choice(-1, repair)
         return state
 
-    def _choice(self, choice: Mapping[str, Any]) -> list[bytes]:
+    def _choice(self, choice: Mapping[str, Any]) -> list[Chunk]:
         state = self._state(choice["index"])
         if state.state == "finished":
             return []  # the official stream sends nothing for a choice after its finish
-        out: list[bytes] = []
+        out: list[Chunk] = []
         if self.ctx.chat:
             delta = choice.get("delta")
             if not isinstance(delta, Mapping):
@@ -219,7 +215,7 @@ class StreamNormalizer:
             state.index = self._numbered
             self._numbered += 1
 
-    def _open(self, state: _Choice, kind: str) -> list[bytes]:
+    def _open(self, state: _Choice, kind: str) -> list[Chunk]:
         """The role chunk, shaped by what comes first: text, a refusal, or reasoning/a tool call."""
         self._number(state)
         if state.state != "waiting" or not self.ctx.chat:
@@ -237,7 +233,7 @@ class StreamNormalizer:
         logprobs: dict[str, Any] | None = {"content": [], "refusal": None} if self.ctx.logprobs else None
         return [self._delta(state.index, {"role": "assistant", **first}, logprobs)]
 
-    def _content(self, state: _Choice, text: str) -> list[bytes]:
+    def _content(self, state: _Choice, text: str) -> list[Chunk]:
         if not text:
             return []
         out = self._open(state, "content")
@@ -247,14 +243,14 @@ class StreamNormalizer:
         out.append(self._delta(state.index, {"content": text}, lp))
         return out
 
-    def _reasoning(self, state: _Choice, text: str) -> list[bytes]:
+    def _reasoning(self, state: _Choice, text: str) -> list[Chunk]:
         fields = _parts.reasoning_fields(text, self.ctx)
         if not fields:
             return []
         return [*self._open(state, "reasoning"), self._delta(state.index, dict(fields))]
 
-    def _pieces(self, state: _Choice, pieces: list[Piece]) -> list[bytes]:
-        out: list[bytes] = []
+    def _pieces(self, state: _Choice, pieces: list[Piece]) -> list[Chunk]:
+        out: list[Chunk] = []
         for piece in merge(pieces):
             if isinstance(piece, Text):
                 out += (
@@ -266,7 +262,7 @@ class StreamNormalizer:
                 out += self._tool_call(state, ("text", piece.index), None, None, piece.text)
         return out
 
-    def _chat_delta(self, state: _Choice, delta: Mapping[str, Any], logprobs: Any) -> list[bytes]:
+    def _chat_delta(self, state: _Choice, delta: Mapping[str, Any], logprobs: Any) -> list[Chunk]:
         out = self._reasoning(state, _parts.reasoning_text(delta))
         if self.ctx.logprobs:
             state.logprobs += _parts.chat_logprob_entries(logprobs, self.ctx)
@@ -306,13 +302,13 @@ class StreamNormalizer:
                 )
         return out
 
-    def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[bytes]:
+    def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[Chunk]:
         entry = state.calls.get(key)
         if entry is None:
             entry = state.calls[key] = _Call(len(state.calls), _parts.call_id(upstream_id))
         if entry.name is None and name:
             entry.name = name
-        out: list[bytes] = []
+        out: list[Chunk] = []
         if not entry.opened:
             if entry.name is None:
                 entry.pending_args += args  # wait for the name: the opening delta must carry it
@@ -333,7 +329,7 @@ class StreamNormalizer:
             )
         return out
 
-    def _text(self, state: _Choice, choice: Mapping[str, Any]) -> list[bytes]:
+    def _text(self, state: _Choice, choice: Mapping[str, Any]) -> list[Chunk]:
         text = choice.get("text")
         if not isinstance(text, str) or not text:
             if text is not None and not isinstance(text, str):
@@ -352,8 +348,8 @@ class StreamNormalizer:
             out += self._finish(state, "stop")
         return out
 
-    def _finish(self, state: _Choice, upstream: Any) -> list[bytes]:
-        out: list[bytes] = []
+    def _finish(self, state: _Choice, upstream: Any) -> list[Chunk]:
+        out: list[Chunk] = []
         if state.repair is not None:
             tail = state.repair.flush()
             if any(c.opened for c in state.calls.values()):
@@ -367,6 +363,7 @@ class StreamNormalizer:
                 out += self._content(state, "".join(p.text for p in tail if isinstance(p, Text)))
             if state.repair.stopped:
                 upstream = "stop"
+                self.stop_seen = True
         if self.ctx.chat and state.state == "waiting":
             out += self._open(state, "content")
         for call in state.calls.values():
@@ -381,9 +378,9 @@ class StreamNormalizer:
         out.append(self._delta(state.index, empty, None, reason))
         return out
 
-    def _release(self) -> list[bytes]:
+    def _release(self) -> list[Chunk]:
         """The stream really ended: send the finishes held back, in the order they came."""
-        out: list[bytes] = []
+        out: list[Chunk] = []
         for state in self._held:
             if state.state != "finished" and state.held is not None:  # not ended at the gateway since
                 out += self._finish(state, state.held)
@@ -397,30 +394,33 @@ class StreamNormalizer:
         A choice whose upstream finish is held counts as done: waiting for the upstream's [DONE]
         would keep the backend generating the text the gateway cut. (Text that a backend would
         still send after that choice's finish is then not read: a rare fault meets a rarer one.)"""
-        # Asked before and after every upstream event: a loop, so the usual answer (a choice is
-        # still open) costs no generator.
+        # Asked before and after every upstream event: the usual answer (no stop at the gateway)
+        # is one attribute.
+        if not self.stop_seen:
+            return False
         for c in self.choices.values():
             if c.state != "finished" and c.held is None:
                 return False
         return any(c.repair is not None and c.repair.stopped for c in self.choices.values())
 
-    def fail(self, error: OpenAIError) -> list[bytes]:
-        """End the stream with an error event (once)."""
-        if self.ended:
-            return []
-        self.ended = True
-        return [error_event(error)]
+    def fail(self, error: OpenAIError) -> list[Chunk]:
+        """End the stream with an error (once): ``ended`` and ``error`` are set, no chunk follows."""
+        if not self.ended:
+            self.ended = True
+            self.error = error
+        return []
 
     # -- end -------------------------------------------------------------------------------
-    def flush(self) -> list[bytes]:
-        """End of the upstream stream: close it the official way, or fail it loudly; never raises."""
+    def flush(self) -> list[Chunk]:
+        """End of the upstream stream: the last chunks of the official stream (``ended`` is then set,
+        with ``error`` None), or a failure (``error`` set); never raises."""
         try:
             return self._flush()
         except Exception:
             log.exception("stream %s (model %s): failed to end the stream", *self._where())
             return self.fail(self._internal())
 
-    def _flush(self) -> list[bytes]:
+    def _flush(self) -> list[Chunk]:
         if self.ended:
             return []
         out = self._release()
@@ -433,7 +433,6 @@ class StreamNormalizer:
             # the missing chunk instead).
             out.append(self._chunk([], self.usage))
         self.ended = True
-        out.append(DONE)
         return out
 
 

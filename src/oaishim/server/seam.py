@@ -1,0 +1,89 @@
+"""The one seam between the gateway and its backends, in the manner of httpx's transport.
+
+The gateway's shell (``server.app``, ``server.relay``, ``capture.proxy``) sees an upstream only as
+these two protocols: :class:`Upstream` opens a request and returns once the response head is in;
+an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of body pieces and a
+``close``. Every failure of the exchange is an :class:`~oaishim.wire.errors.OpenAIError` (no replica
+reachable, a deadline passed, the connection broke mid-body), so nothing above the seam knows the
+HTTP client. Implementations: the aiohttp client (``server.upstream.Upstreams``), the recording
+wrapper (``server.recording.RecordingUpstream``) around any of them, and the tests' in-process fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from oaishim.server.config import ModelRoute
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """The request as it went to the backend (for a record): the replica's URL, the headers sent."""
+
+    method: str
+    url: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+class UpstreamResponse(Protocol):
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> RawHeaders:
+        """The response headers as received (names as the backend wrote them)."""
+        ...
+
+    @property
+    def content_type(self) -> str:
+        """The media type, lower-cased, without parameters ("" when none)."""
+        ...
+
+    @property
+    def content_length(self) -> int | None: ...
+
+    @property
+    def request(self) -> SentRequest: ...
+
+    def pieces(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, piece by piece; a broken, silent or late upstream raises OpenAIError."""
+        ...
+
+    def close(self) -> None:
+        """Done with the response (idempotent): read to its end, the connection may be reused;
+        otherwise it is closed at once, which is what stops the backend generating."""
+        ...
+
+
+class Upstream(Protocol):
+    async def start(self) -> None:
+        """Inside the event loop, before the first request."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def open(
+        self,
+        route: ModelRoute,
+        method: str,
+        path: str,
+        body: bytes | None,
+        content_type: str | None = "application/json",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> UpstreamResponse:
+        """Send one request to ``route``'s backend and return once the response head is in.
+        ``path`` is an origin-form target sent as it is; ``headers``, when given, replace the
+        gateway's own (the capture proxy forwards the client's)."""
+        ...
+
+
+def header(response: UpstreamResponse, name: bytes) -> str | None:
+    """One response header's value (``name`` lower-case), or None."""
+    for key, value in response.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None

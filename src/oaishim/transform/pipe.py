@@ -1,0 +1,205 @@
+"""The response pipe: one upstream answer's bytes in, the client's bytes out, with no I/O.
+
+:class:`StreamPipe` owns the whole stream path: SSE decode (each event bounded), normalise and
+repair (``transform.stream``), the stop decision, the llama.cpp ``error:`` line, a backend that
+ignored ``stream: true`` (its one JSON body read as a single chunk), and the encoding
+(``transform.encode``: the chat SSE encoder unless another is given). The I/O shell only moves bytes::
+
+    pipe = StreamPipe(ctx, sse=is_sse, max_event=limit)
+    async for piece in upstream_body:
+        await send(pipe.feed(piece))
+        if pipe.close_upstream:
+            break  # an error or a stop at the gateway ended the stream: close the upstream now
+    await send(pipe.flush())          # or pipe.fail(error) when the upstream broke
+
+:func:`plain_answer` is the same for a plain body: the backend's status and bytes in, the official
+dict out (or the :class:`OpenAIError` the client gets instead); the shell encodes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from oaishim.transform import response as normalize
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.encode import ChatSSEEncoder, Encoder
+from oaishim.transform.stream import Chunk, StreamNormalizer
+from oaishim.transform.validate import Endpoint
+from oaishim.wire.errors import OpenAIError, normalize_upstream_error
+from oaishim.wire.sse import EventTooLarge, SSEDecoder
+
+log = logging.getLogger("oaishim.relay")
+DEFAULT_MAX_EVENT = 16 << 20  # the gateway's default for max_upstream_event_bytes (16 MiB)
+Normalize = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
+NORMALIZERS: dict[Endpoint, Normalize] = {
+    "chat": normalize.normalize_chat,
+    "completions": normalize.normalize_completion,
+    "embeddings": normalize.normalize_embeddings,
+}
+
+
+def upstream_too_large(limit: int, what: str) -> OpenAIError:
+    return OpenAIError(
+        502,
+        f"the upstream sent {what} larger than the gateway's limit of {limit} bytes "
+        "(--max-upstream-event-mb, OAISHIM_MAX_UPSTREAM_EVENT_MB)",
+        "server_error",
+        code="upstream_response_too_large",
+    )
+
+
+def plain_answer(endpoint: Endpoint, status: int, raw: bytes, ctx: ResponseContext) -> dict[str, Any]:
+    """The client's body for the backend's, or the OpenAIError the client gets instead."""
+    if status >= 400:
+        raise normalize_upstream_error(status, raw, context_param=ctx.context_param)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise OpenAIError(502, "The upstream answered with a body that is not JSON.", "server_error") from None
+    if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
+        raise normalize_upstream_error(status, body, context_param=ctx.context_param)
+    try:
+        return NORMALIZERS[endpoint](body, ctx)  # a body it cannot read raises OpenAIError 502, as does its own fault
+    except OpenAIError as error:
+        log.warning("response %s: %s", ctx.response_id, error.message)
+        raise
+
+
+def plain_as_chunk(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain chat or completion body as one stream chunk (for a backend that ignored stream: true).
+    What is not a list of objects stays as it is, for the stream normaliser to refuse."""
+    choices = body.get("choices")
+    if isinstance(choices, list):
+        choices = [
+            {**c, "delta": c.get("message") if isinstance(c.get("message"), Mapping) else {}}
+            if isinstance(c, Mapping)
+            else c
+            for c in choices
+        ]
+    return {**body, "choices": choices, "usage": body.get("usage")}
+
+
+class StreamPipe:
+    """One client stream. ``feed(piece)`` takes each piece of the upstream body as read and returns
+    the client's bytes for it; ``flush()`` ends it at the end of the body; ``fail(error)`` ends it
+    when the upstream broke. ``close_upstream`` turns true once nothing more of the upstream is
+    needed (the stream failed, or a stop at the gateway ended every choice): the shell closes the
+    upstream then, and calls ``flush()`` (which then gives nothing). ``ended``: the client's stream
+    has its end (``[DONE]`` or the one error event). Never raises for what the upstream sends."""
+
+    __slots__ = ("_body", "_chat_sse", "_decoder", "_max", "_size", "close_upstream", "encoder", "ended", "normalizer")
+
+    def __init__(
+        self,
+        ctx: ResponseContext,
+        *,
+        sse: bool = True,
+        max_event: int = DEFAULT_MAX_EVENT,
+        encoder: Encoder | None = None,
+    ) -> None:
+        self.normalizer = StreamNormalizer(ctx)
+        self.encoder: Encoder = encoder if encoder is not None else ChatSSEEncoder()
+        self._chat_sse = type(self.encoder) is ChatSSEEncoder  # its feed() is one sse_chunk(): called inline
+        # A backend that ignored stream: true sends one JSON body, held (bounded) until its end.
+        self._decoder = SSEDecoder(max_event) if sse else None
+        self._body: list[bytes] = []
+        self._size = 0
+        self._max = max_event
+        self.close_upstream = False
+        self.ended = False
+
+    def feed(self, piece: bytes) -> bytes:
+        if self.ended:  # also once close_upstream is set
+            return b""
+        decoder = self._decoder
+        if decoder is None:
+            self._size += len(piece)
+            if self._size > self._max:
+                return self.fail(upstream_too_large(self._max, "a body"))
+            self._body.append(piece)
+            return b""
+        normalizer = self.normalizer
+        try:
+            events = decoder.feed(piece)
+        except EventTooLarge as exc:
+            log.warning("stream %s: the upstream sent an SSE event over %d bytes; closed it", self._id(), exc.limit)
+            return self.fail(upstream_too_large(exc.limit, "one SSE event"))
+        out: list[bytes] = []
+        if self._chat_sse:  # ChatSSEEncoder.feed, inline: this runs for every streamed token
+            dumps = orjson.dumps
+            for event in events:
+                for chunk in normalizer.feed(event.data):
+                    out.append(b"data: " + dumps(chunk) + b"\n\n")
+        else:
+            encode = self.encoder.feed
+            for event in events:
+                for chunk in normalizer.feed(event.data):
+                    out += encode(chunk)
+        if decoder.unknown_fields:
+            self._field_errors(decoder)
+        if normalizer.ended or (normalizer.stop_seen and normalizer.stopped):
+            # an error, or a stop string at the gateway, ended it: the rest is not needed (and a
+            # half-read event is not the client's)
+            self.close_upstream = True
+            self._end(out)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        if self.ended:
+            return b""
+        normalizer = self.normalizer
+        chunks: list[Chunk] = []
+        if self._decoder is None:
+            try:
+                body = orjson.loads(b"".join(self._body))
+            except orjson.JSONDecodeError:
+                body = None
+            self._body = []
+            if isinstance(body, Mapping):
+                chunks += normalizer.feed("", plain_as_chunk(body))
+            chunks += normalizer.feed("[DONE]")
+        else:
+            for event in self._decoder.flush():
+                chunks += normalizer.feed(event.data)
+            if self._decoder.unknown_fields:
+                self._field_errors(self._decoder)
+        out: list[bytes] = []
+        for chunk in chunks:
+            out += self.encoder.feed(chunk)
+        self._end(out)
+        return b"".join(out)
+
+    def fail(self, error: OpenAIError) -> bytes:
+        """End the stream with ``error`` (the upstream broke, went silent, or the shell failed)."""
+        if self.ended:
+            return b""
+        self.normalizer.fail(error)
+        self.close_upstream = True
+        out: list[bytes] = []
+        self._end(out)
+        return b"".join(out)
+
+    def _end(self, out: list[bytes]) -> None:
+        """The end of the client's stream, after the chunks already in ``out``: the normaliser's last
+        chunks and the encoder's end, or the encoder's one failure."""
+        normalizer = self.normalizer
+        if not normalizer.ended:
+            for chunk in normalizer.flush():
+                out += self.encoder.feed(chunk)
+        self.ended = True
+        error = normalizer.error
+        out += self.encoder.end() if error is None else self.encoder.fail(error)
+
+    def _field_errors(self, decoder: SSEDecoder) -> None:
+        """Old llama.cpp sends a failure as an ``error:`` line, which clients ignore: it fails the stream."""
+        for name, value in decoder.unknown_fields:
+            if name == "error":
+                self.normalizer.fail(normalize_upstream_error(500, value))
+        decoder.unknown_fields.clear()
+
+    def _id(self) -> str:
+        return self.normalizer.ctx.response_id

@@ -1,0 +1,76 @@
+"""What the response side must produce for one prepared request: its :class:`ResponseContext`.
+
+Decided once, when the request arrives, from what the client asked (``PreparedRequest``) and the
+gateway's response settings (any object with the attributes of :class:`ResponseSettings`, as the
+server's ``Settings`` has them).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from oaishim.transform.context import ReasoningField, ResponseContext, ToolChoiceMode
+from oaishim.transform.repair import RepairPlan, plan_tool_names
+from oaishim.transform.request import Endpoint, PreparedRequest
+from oaishim.transform.special import SpecialTokens
+
+
+class ResponseSettings(Protocol):
+    @property
+    def text_repair(self) -> bool: ...
+    @property
+    def thinking_open(self) -> bool: ...
+    @property
+    def special_tokens(self) -> SpecialTokens | None: ...
+    @property
+    def display_cleanup(self) -> bool: ...
+    @property
+    def reasoning_field(self) -> ReasoningField: ...
+    @property
+    def keep_extensions(self) -> bool: ...
+
+
+def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
+    choice = prepared.tool_choice
+    if not prepared.tools_offered or choice == "none":
+        return "none"
+    if choice is None or choice == "auto":
+        return "auto"
+    return "required" if choice == "required" else "named"
+
+
+def response_context(
+    endpoint: Endpoint, prepared: PreparedRequest, settings: ResponseSettings, markup: frozenset[str] = frozenset()
+) -> ResponseContext:
+    """What the response side must produce for this request, under these settings (``markup``: what
+    the profile names as display markup)."""
+    chat = endpoint == "chat"
+    repair = settings.text_repair
+    format_type = prepared.body.get("response_format")
+    structured = isinstance(format_type, dict) and format_type.get("type") in ("json_object", "json_schema")
+    plan = RepairPlan(
+        # Split <think> whatever the profile says: a server flag or a request parameter can turn a
+        # backend's parser off, and users rarely know how their server was started.
+        reasoning=repair and chat,
+        starts_in_reasoning=settings.thinking_open,
+        tools=repair and chat and prepared.tools_offered and prepared.tool_choice != "none",
+        tool_names=plan_tool_names(prepared.body.get("tools")),
+        stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
+        include_stop=prepared.include_stop_str_in_output,
+        special=settings.special_tokens if repair else None,
+        # Never inside structured output: JSON the client asked for reaches it byte for byte.
+        cleanup=repair and settings.display_cleanup and not structured,
+        markup=markup,
+    )
+    return ResponseContext(
+        model=prepared.client_model,
+        chat=chat,
+        include_usage=prepared.include_usage,
+        logprobs=bool(prepared.logprobs) if chat else prepared.logprobs is not None,
+        top_logprobs=(prepared.top_logprobs or 0) if chat else int(prepared.logprobs or 0),
+        tool_mode=_tool_mode(prepared),
+        reasoning_field=settings.reasoning_field,
+        keep_extensions=settings.keep_extensions,
+        repair=plan,
+        context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
+    )
