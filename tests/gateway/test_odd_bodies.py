@@ -101,7 +101,7 @@ def test_a_request_is_validated_once(backend: Replayer, gateways: Any, monkeypat
     seen: list[object] = []
     check_schema = validation.check_schema
     monkeypatch.setattr(validation, "check_schema", lambda *args: seen.append(args) or check_schema(*args))
-    url = gateways("vllm", name="tiny")
+    url = gateways("vllm@0.32", name="tiny")
     backend.push(Canned((VLLM / "s1_chat.body").read_bytes()))
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
     status, _, _ = call(url + "/v1/chat/completions", "POST", body)
