@@ -153,3 +153,54 @@ def test_no_secrets_no_scrubbing(backend: Replayer, routes: int) -> None:
             gw.url, "POST", "/v1/chat/completions", {**CHAT, "model": "m0"}, {"authorization": "Bearer key"}
         )
         assert status == 200 and json.loads(out)["choices"][0]["message"]["content"] == "keys kept"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Keys split across pieces, cut by the message limit; pass-through answers that are too big or break
+
+
+def test_a_key_split_across_pass_through_pieces_is_masked(backend: Replayer) -> None:
+    body = json.dumps({"tokens": [1, 2, 3], "note": "xxx" + UPSTREAM_KEY}).encode()
+    with keyed_gateway(backend, passthrough=("POST /tokenize",)) as url:
+        for piece in (7, 20, 33):
+            backend.push(Canned(body, piece=piece, delay=0.01))
+            status, headers, out = call(url, "POST", "/tokenize", {"prompt": "x"}, GOOD)
+            assert status == 200, out
+            assert_clean(headers, out)
+            assert out == body.replace(UPSTREAM_KEY.encode(), MASK), piece
+
+
+def test_a_key_at_the_message_limit_leaves_no_prefix(backend: Replayer) -> None:
+    """The message is cut at 1,000 characters: inside the key, a prefix would escape every scrub."""
+    message = "z" * 990 + UPSTREAM_KEY
+    echo = json.dumps({"error": {"message": message, "type": "BadRequest"}}).encode()
+    with keyed_gateway(backend) as url:
+        backend.push(Canned(echo, status=400))
+        status, headers, out = call(url, "POST", "/v1/chat/completions", CHAT, GOOD)
+        error = official_error(status, headers, out, 400)
+        assert UPSTREAM_KEY[:8] not in error["message"] and error["message"].endswith("[truncated]")
+
+
+def test_a_pass_through_error_body_is_bounded(backend: Replayer, gateways: Any) -> None:
+    url = gateways("vllm@0.32", passthrough=("POST /tokenize",), max_upstream_event_bytes=1 << 20)
+    big = json.dumps({"error": {"message": "bad " + "y" * (4 << 20)}}).encode()
+    backend.push(Canned(big, status=400))
+    status, headers, out = call(url, "POST", "/tokenize", {"prompt": "x"})
+    error = official_error(status, headers, out, 502)
+    assert error["code"] == "upstream_response_too_large"
+
+
+def test_a_pass_through_answer_that_breaks_off_is_not_passed_as_whole(backend: Replayer, gateways: Any) -> None:
+    """Once the answer started no error body can follow: the client must see a broken answer."""
+    import http.client
+
+    url = gateways("vllm@0.32", passthrough=("POST /tokenize",))
+    body = b'{"tokens":[' + b"1," * 5000 + b"1]}"
+    backend.push(Canned(body, piece=1000, delay=0.01, cut_after=4000, headers={"content-length": str(len(body))}))
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request("POST", "/tokenize", body=b'{"prompt": "x"}', headers={"content-type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    with pytest.raises(http.client.IncompleteRead):
+        response.read()

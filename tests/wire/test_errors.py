@@ -678,3 +678,14 @@ def test_messages_that_only_mention_a_model_are_not_model_not_found(message: str
 def test_unknown_model_wordings(message: str) -> None:
     err = normalize_upstream_error(400, {"error": {"message": message, "type": "BadRequestError", "code": 400}})
     assert (err.status, err.type, err.param, err.code) == (404, "invalid_request_error", "model", "model_not_found")
+
+
+def test_a_long_message_is_never_cut_inside_a_word() -> None:
+    """A cut inside a key would leave a prefix of it that no scrub of the whole key can find."""
+    key = "sk-upstream-echo-4c1d9e2a"
+    for lead in ("z" * 990, "Invalid key: " + "a " * 490):
+        error = normalize_upstream_error(400, {"error": {"message": lead + key + " and more"}})
+        assert key[:6] not in error.message
+        assert error.message.endswith("[truncated]") and len(error.message) <= 1012
+    short = normalize_upstream_error(400, {"error": {"message": "word " * 300}})
+    assert short.message == ("word " * 200).rstrip() + " [truncated]"

@@ -19,6 +19,7 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import probe_paths, resolve
 from oaishim.server import relay
 from oaishim.server.asgi import (
+    AnswerBroken,
     BodyTooLarge,
     ClientGone,
     Headers,
@@ -136,7 +137,7 @@ class Gateway:
             await self._http(scope, receive, send, upstream)
         except OpenAIError as error:
             await send_error(send, error)
-        except ClientGone:
+        except (ClientGone, AnswerBroken):
             return
         finally:
             if rec is not None:
@@ -302,14 +303,20 @@ class Gateway:
         )
         try:
             if response.status >= 400:
-                raw = b"".join([piece async for piece in response.pieces()])
+                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
                 error = normalize_upstream_error(response.status, scrub_bytes(raw, self.secrets))
                 await send_error(send, error, retry_headers(response.headers))
                 return
             headers = passthrough_headers(response.headers)
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            async for piece in response.pieces():
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            try:
+                async for piece in response.pieces():
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            except OpenAIError as error:
+                # The answer has started: no error body can follow. The connection is dropped without
+                # the body's end, so the client sees a broken answer, never a short one that looks whole.
+                log.warning("pass-through %s %s broke off: %s", scope["method"], path, error.message)
+                raise AnswerBroken from error
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             response.close()

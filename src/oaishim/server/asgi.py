@@ -33,6 +33,11 @@ class ClientGone(Exception):
     pass
 
 
+class AnswerBroken(Exception):
+    """A response already started cannot be finished (the upstream broke off): the server drops the
+    connection without the body's end, so the client sees a broken answer."""
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     parts: list[bytes] = []
     size = 0
@@ -65,18 +70,34 @@ async def send_error(send: Send, error: OpenAIError, extra: Iterable[tuple[bytes
     await send_bytes(send, error.status, error.to_bytes(), b"application/json", extra)
 
 
+def _partial_tail(data: bytes, needles: tuple[bytes, ...]) -> int:
+    """How many bytes at the end of ``data`` could be the start of a needle (0: none could)."""
+    longest = 0
+    for needle in needles:
+        first = needle[:1]
+        i = data.find(first, max(0, len(data) - len(needle) + 1))
+        while i != -1:
+            if needle.startswith(data[i:]):
+                longest = max(longest, len(data) - i)
+                break
+            i = data.find(first, i + 1)
+    return longest
+
+
 def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Send:
     """``send``, with every needle (a secret's bytes) masked in each header value and body piece a
     client is sent, and ``Set-Cookie`` dropped. A response with a ``Content-Length`` is held back
     until its first body piece, so the length can follow a scrubbed body.
 
-    A piece is scrubbed on its own: a secret split across two pieces is not caught. Error bodies and
-    plain bodies are one piece; a stream could only split one inside content a model wrote token by
-    token, and holding bytes back to catch that would delay every stream."""
+    A secret split across two pieces (a pass-through body relayed as the backend's reads came, or
+    content a model wrote token by token) is caught too: a piece's tail that could still grow into a
+    secret is held back and sent with the next piece. Only such a tail waits (usually nothing: it
+    must be a prefix of a secret), so a stream is not delayed."""
     held: Message | None = None
+    tail = b""
 
     async def scrubbed(message: Message) -> None:
-        nonlocal held
+        nonlocal held, tail
         if message["type"] == "http.response.start":
             headers = [(k, scrub_bytes(bytes(v), needles)) for k, v in message.get("headers", ()) if k != b"set-cookie"]
             message = {**message, "headers": headers}
@@ -85,12 +106,16 @@ def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Send:
                 return
         elif message["type"] == "http.response.body":
             body = message.get("body", b"")
-            clean = scrub_bytes(body, needles)
+            more = message.get("more_body", False)
+            data = tail + body if tail else body
+            keep = _partial_tail(data, needles) if more else 0
+            tail = data[len(data) - keep :] if keep else b""
+            out = data[: len(data) - keep] if keep else data
+            clean = scrub_bytes(out, needles)
             if clean is not body:
                 message = {**message, "body": clean}
             if held is not None:
                 start, held = held, None
-                more = message.get("more_body", False)
                 if clean is not body or more:  # the length changed, or is not known yet
                     framing = [(k, v) for k, v in start["headers"] if k != b"content-length"]
                     framing += [] if more else [(b"content-length", str(len(clean)).encode())]

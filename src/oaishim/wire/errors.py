@@ -123,6 +123,16 @@ def error_event(err: OpenAIError) -> bytes:
 # Reading any backend body into raw facts
 
 
+def _clip(message: str) -> str:
+    """A backend's message cut to ``_MAX_MESSAGE`` characters, never inside a word."""
+    if len(message) <= _MAX_MESSAGE:
+        return message
+    cut = message[:_MAX_MESSAGE]
+    if _WORD_CHAR.match(message, _MAX_MESSAGE - 1) and _WORD_CHAR.match(message, _MAX_MESSAGE):
+        cut = _WORD_TAIL.sub("", cut)  # the cut falls inside a word: its start goes too
+    return (cut.rstrip() + " [truncated]").lstrip()
+
+
 @dataclass(frozen=True, slots=True)
 class _Raw:
     message: str
@@ -134,6 +144,10 @@ class _Raw:
 
 
 _MAX_MESSAGE = 1000
+# A run of characters a key or token is made of: a message is never cut inside one, where the cut
+# would leave a prefix of a secret that no later scrub can recognise.
+_WORD_CHAR = re.compile(r"[\w.~+/=-]")
+_WORD_TAIL = re.compile(r"[\w.~+/=-]+\Z")
 _TAG = re.compile(r"<[^>]*>")
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _SPACE = re.compile(r"\s+")
@@ -405,7 +419,7 @@ def normalize_upstream_error(status: int, body: bytes | Any, *, context_param: s
     raw = _read(body)
     base = _base_status(status, raw)
     out_status, kind = _classify(base)
-    message = raw.message[:_MAX_MESSAGE] or f"The upstream server answered HTTP {base} without a message."
+    message = _clip(raw.message) or f"The upstream server answered HTTP {base} without a message."
     verdict = _Verdict(out_status, kind, raw.param, raw.code, message)
     for recognise in _RECOGNISERS:
         found = recognise(raw, verdict, context_param)
