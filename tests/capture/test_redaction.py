@@ -191,3 +191,13 @@ def test_an_existing_capture_folder_is_made_private(tmp_path: Path) -> None:
     folder.chmod(0o755)
     write_store(folder, [backend_record(CHAT, [b"{}"], content_type="application/json")])
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_the_proxy_asks_for_an_uncompressed_answer(tmp_path: Path) -> None:
+    """A gzip answer would be stored as base64 of compressed bytes, where no secret can be found."""
+    backend = EchoBackend()
+    folder = tmp_path / "proxy"
+    with RunningApp(backend) as upstream, RunningApp(CaptureProxy(upstream.url, Recording(folder, mode="proxy"))) as px:
+        status, _ = post(px.url + "/v1/chat/completions", CHAT, {"Accept-Encoding": "gzip, br"})
+        assert status == 200
+    assert backend.seen[0]["accept-encoding"] == "identity"

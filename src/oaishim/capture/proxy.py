@@ -2,7 +2,10 @@
 
 Nothing is rewritten. The client's method, target, headers (its ``Authorization`` included) and
 body go to the upstream as they came, minus the connection-level headers HTTP forbids a proxy to
-forward; the upstream's status, headers and body bytes come back the same way, piece by piece as
+forward, and with ``Accept-Encoding: identity`` in place of the client's: a compressed answer could
+not be redacted or read in the record (HTTP lets a server answer uncompressed whatever the client
+accepts, so the client reads it as ever). The upstream's status, headers and body bytes come back the
+same way, piece by piece as
 they are read, and when the upstream breaks off, so does the client's connection. Only the record
 is redacted. The gateway's own pieces do the work: ``Upstreams`` (pool, timeouts, errors),
 ``relay.watching_client`` (a client that leaves closes the upstream) and ``Recorder``.
@@ -22,7 +25,17 @@ from oaishim.wire.errors import OpenAIError, too_large
 log = logging.getLogger("oaishim.capture.proxy")
 # Hop-by-hop headers (RFC 9110 §7.6.1) and Host, which names the proxy, not the upstream.
 NOT_FORWARDED = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"accept-encoding",
+    }
 )
 NOT_RETURNED = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
 
@@ -92,6 +105,7 @@ class CaptureProxy:
         headers = [
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() not in NOT_FORWARDED
         ]
+        headers.append(("accept-encoding", "identity"))
         await relay.watching_client(
             receive, self._exchange(scope["method"], target.decode("latin-1"), body, headers, send, recorder)
         )
