@@ -172,7 +172,7 @@ _LIMITS: tuple[tuple[str, type[int] | type[float], str], ...] = (
 _ENGINE: tuple[tuple[str, type[int] | type[float], str], ...] = (
     ("--ctx-size", int, "the engine's context in tokens, 0 for the model's own (default: 65536 for the tiny model)"),
     ("--threads", int, "CPU threads for the engine (default 1)"),
-    ("--parallel", int, "requests the engine serves at once, sharing its context (default 2)"),
+    ("--parallel", int, "requests the engine serves at once, sharing its context (default: llama.cpp's 4)"),
 )
 
 

@@ -51,7 +51,7 @@ def start_embedded(
     *,
     ctx_size: int | None = None,
     threads: int = 1,
-    parallel: int = 2,
+    parallel: int | None = None,
     extra_args: tuple[str, ...] = (),
     log_path: Path | None = None,
 ) -> Embedded:

@@ -79,7 +79,7 @@ class LlamaServer:
     alias: str = "tiny"
     context: int = 4096  # tokens; 0: the model's trained context
     threads: int = 1  # the tiny model needs no more; llama.cpp spin-waits its threads, starving a 2-core box
-    parallel: int = 1  # request slots; with more than one they share one KV cache of ``context`` tokens
+    parallel: int | None = None  # request slots (None: llama.cpp's own choice); they share one KV cache
     max_tokens: int | None = None  # a server-wide generation limit (None: each request's max_tokens)
     log_path: Path | None = None
     extra_args: tuple[str, ...] = ()
@@ -100,8 +100,8 @@ class LlamaServer:
             "--port", str(self.port),
             "-c", str(self.context),
             "-t", str(self.threads),
-            "-np", str(self.parallel),
-            *(["--kv-unified"] if self.parallel > 1 else []),  # any one request may use the whole context
+            # any one request may use the whole context (as llama.cpp does on its own when it picks the slots)
+            *(["-np", str(self.parallel), "--kv-unified"] if self.parallel is not None else []),
             *(["-n", str(self.max_tokens)] if self.max_tokens is not None else []),
             *self.extra_args,
         ]  # fmt: skip

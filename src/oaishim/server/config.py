@@ -83,7 +83,7 @@ class Settings:
     # and any other llama-server arguments
     ctx_size: int | None = None
     threads: int = 1
-    parallel: int = 2
+    parallel: int | None = None  # None: llama.cpp's own choice (4 slots on one shared KV cache)
     llama_args: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
     extra: Mapping[str, Any] = field(default_factory=dict)
