@@ -30,7 +30,7 @@ import pytest
 from _apps import RunningApp, backend_record, chat_chunks, free_port, get, write_store
 
 from oaishim.capture.build import build_record
-from oaishim.capture.mock import MockBackend
+from oaishim.capture_tools.mock import MockBackend
 from oaishim.capture.playbook import Playbook
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes, request_json

@@ -20,9 +20,9 @@ import orjson
 import pytest
 from _apps import RunningApp, get, post
 
-from oaishim.capture.mock import MockBackend
+from oaishim.capture_tools.mock import MockBackend
 from oaishim.capture.playbook import Playbook
-from oaishim.capture.proxy import CaptureProxy
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.capture.timeline import timed_events

@@ -15,9 +15,9 @@ import pytest
 from _apps import EchoBackend, RunningApp, backend_record, chat_chunks, free_port, get, post, write_store
 
 from oaishim.capture.cli import add_parsers
-from oaishim.capture.mock import MockBackend
+from oaishim.capture_tools.mock import MockBackend
 from oaishim.capture.playbook import Playbook
-from oaishim.capture.proxy import CaptureProxy
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.check import check, exchange_from_bytes

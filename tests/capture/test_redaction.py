@@ -19,7 +19,7 @@ import orjson
 import pytest
 from _apps import EchoBackend, RunningApp, get, post
 
-from oaishim.capture.proxy import CaptureProxy
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import header_value
 from oaishim.server.app import Gateway

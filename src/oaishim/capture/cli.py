@@ -57,7 +57,7 @@ def _add_capture(sub: SubParsers) -> None:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from oaishim.capture.proxy import CaptureProxy
+    from oaishim.capture_tools.proxy import CaptureProxy
     from oaishim.capture.redact import parse_path
     from oaishim.server.config import ConfigError, _url
     from oaishim.server.recording import Recording
@@ -104,7 +104,7 @@ def _add_replay(sub: SubParsers) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     from oaishim.capture.diff import KINDS
     from oaishim.capture.reader import CaptureReader
-    from oaishim.capture.replay import replay
+    from oaishim.capture_tools.replay import replay
 
     unknown = [k for k in args.ignore if k not in KINDS]
     if unknown:
@@ -176,7 +176,7 @@ def _add_mock(sub: SubParsers) -> None:
 
 
 def _run_mock(args: argparse.Namespace) -> int:
-    from oaishim.capture.mock import MockBackend
+    from oaishim.capture_tools.mock import MockBackend
     from oaishim.capture.playbook import Playbook
     from oaishim.capture.reader import CaptureReader
 

@@ -3,7 +3,7 @@
 Each request goes out as recorded (method, path and query, headers, body), except for what the
 record no longer holds: redacted headers are left out (``api_key`` supplies a key to send instead)
 and so are connection-level ones. The new answer is read piece by piece with the same clock as a
-capture, so it is compared (``capture.diff``) in the stored shape, by the same code.
+capture, so it is compared (:mod:`oaishim.capture.diff`) in the stored shape, by the same code.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from oaishim.server.recording import Recorder, Recording, RecordingUpstream
 from oaishim.server.upstream import Upstreams
 from oaishim.wire.errors import OpenAIError, too_large
 
-log = logging.getLogger("oaishim.capture.proxy")
+log = logging.getLogger("oaishim.capture_tools.proxy")
 # Hop-by-hop headers (RFC 9110 §7.6.1) and Host, which names the proxy, not the upstream.
 NOT_FORWARDED = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host"}
