@@ -14,7 +14,7 @@ import orjson
 import pytest
 from _apps import EchoBackend, RunningApp, backend_record, chat_chunks, free_port, get, post, write_store
 
-from oaishim.capture.cli import add_parsers
+from oaishim.commands.capture import add_parsers
 from oaishim.capture_tools.mock import MockBackend
 from oaishim.capture.playbook import Playbook
 from oaishim.capture_tools.proxy import CaptureProxy

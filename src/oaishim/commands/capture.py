@@ -1,6 +1,6 @@
 """The capture commands: ``capture``, ``replay``, ``mock``, ``inspect`` (``add_parsers`` wires them).
 
-A thin shell like ``oaishim.cli``: arguments in, files and servers opened, text out; the work is in
+A thin shell like ``oaishim.commands.main``: arguments in, files and servers opened, text out; the work is in
 the modules it calls.
 """
 
