@@ -20,12 +20,12 @@ import orjson
 import pytest
 from _apps import RunningApp, get, post
 
-from oaishim.capture_tools.mock import MockBackend
 from oaishim.capture.playbook import Playbook
-from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.capture.timeline import timed_events
+from oaishim.capture_tools.mock import MockBackend
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recording

@@ -57,13 +57,13 @@ def _add_capture(sub: SubParsers) -> None:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from oaishim.capture_tools.proxy import CaptureProxy
     from oaishim.capture.redact import parse_path
-    from oaishim.server.config import ConfigError, _url
+    from oaishim.capture_tools.proxy import CaptureProxy
+    from oaishim.server.config import ConfigError, upstream_url
     from oaishim.server.recording import Recording
 
     try:
-        upstream = _url(args.upstream, "--upstream")
+        upstream = upstream_url(args.upstream, "--upstream")
         for path in args.redact:
             parse_path(path)
     except (ConfigError, ValueError) as exc:
@@ -176,9 +176,9 @@ def _add_mock(sub: SubParsers) -> None:
 
 
 def _run_mock(args: argparse.Namespace) -> int:
-    from oaishim.capture_tools.mock import MockBackend
     from oaishim.capture.playbook import Playbook
     from oaishim.capture.reader import CaptureReader
+    from oaishim.capture_tools.mock import MockBackend
 
     try:
         reader = CaptureReader(args.source)

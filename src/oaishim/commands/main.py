@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 
 from oaishim import __version__
-from oaishim.commands.capture import add_parsers as _add_capture_commands
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.check._report import json_report, text_report
+from oaishim.commands.capture import add_parsers as _add_capture_commands
 from oaishim.commands.probe import add_parser as _add_probe
 
 
