@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from oaishim.capture.redact import parse_path
+from oaishim.engine.tokens import load_special_tokens
 from oaishim.profiles import get_profile
 from oaishim.transform.context import ReasoningField
-from oaishim.transform.special import SpecialTokens, load_special_tokens
+from oaishim.transform.special import SpecialTokens
 from oaishim.wire.paths import parse_rule
 
 REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning", "both", "drop")
