@@ -35,6 +35,7 @@ import orjson
 
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallStart, Piece, Text, merge
 from oaishim.transform.repair import TextRepair
 from oaishim.wire.errors import OpenAIError, is_error_body, normalize_upstream_error
@@ -305,7 +306,7 @@ class StreamNormalizer:
     def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[Chunk]:
         entry = state.calls.get(key)
         if entry is None:
-            entry = state.calls[key] = _Call(len(state.calls), _parts.call_id(upstream_id))
+            entry = state.calls[key] = _Call(len(state.calls), call_id(upstream_id))
         if entry.name is None and name:
             entry.name = name
         out: list[Chunk] = []
