@@ -41,11 +41,11 @@ from oaishim.server.upstream import Upstreams
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
+from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import validate
 from oaishim.wire.errors import (
     OpenAIError,
     bad_request,
-    normalize_upstream_error,
     not_found,
     too_large,
     unauthorized,
