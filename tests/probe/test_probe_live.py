@@ -35,6 +35,8 @@ from oaishim.engine.llamacpp import LlamaServer
 from oaishim.engine.tinymodel import TinyModels, ensure_tiny_models
 from oaishim.server.config import ModelRoute, Settings
 
+pytestmark = pytest.mark.live  # starts real engines (llama-server on the tiny model)
+
 ALIAS = "tiny"
 CHROMIUM = Path("/usr/bin/chromium")
 COMPARISON_FIELDS = {"endpoint", "served_model_name", "stream", "request", "response", "error", "status"}
