@@ -18,7 +18,7 @@ import os
 import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,6 @@ class Settings:
     parallel: int = 2
     llama_args: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def route(self, model: str | None) -> ModelRoute | None:
         """The route for a client's model name; a single route serves any name."""
