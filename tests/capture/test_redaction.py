@@ -19,9 +19,9 @@ import orjson
 import pytest
 from _apps import EchoBackend, RunningApp, get, post
 
-from oaishim.capture.proxy import CaptureProxy
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import header_value
+from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recording

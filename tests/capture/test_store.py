@@ -15,12 +15,12 @@ from _apps import backend_record, chat_chunks, write_store
 
 from oaishim.capture import record as fmt
 from oaishim.capture.build import build_record
-from oaishim.capture.cli import add_parsers
 from oaishim.capture.index import INDEX_NAME
 from oaishim.capture.raw import RawExchange
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
+from oaishim.commands.capture import add_parsers
 
 
 def chat(i: int, *, stream: bool = True) -> dict[str, Any]:

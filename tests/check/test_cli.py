@@ -10,7 +10,7 @@ from pathlib import Path
 
 from _live import LIVE_FILES, RESPONSES, RESPONSES_REAL, live_chunks, to_sse
 
-from oaishim.cli import main
+from oaishim.commands.main import main
 
 OAISHIM = [sys.executable, "-m", "oaishim"]
 

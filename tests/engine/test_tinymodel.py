@@ -18,7 +18,8 @@ from oaishim.engine._gguf import gguf_tensors
 from oaishim.engine._template import CHAT_TEMPLATE
 from oaishim.engine._weights import SHAPE, from_bf16_bits, hf_weights, to_bf16_bits
 from oaishim.engine.tinymodel import MANIFEST, TinyModels, ensure_tiny_models
-from oaishim.transform.special import load_special_tokens, special_tokens_from_gguf
+from oaishim.engine.tokens import load_special_tokens
+from oaishim.transform.special import special_tokens_from_gguf
 
 np = pytest.importorskip("numpy")
 gguf = pytest.importorskip("gguf")

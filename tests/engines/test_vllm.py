@@ -44,6 +44,8 @@ if _GATEWAY_TESTS not in sys.path:
     sys.path.append(_GATEWAY_TESTS)
 from _servers import RunningGateway, free_port  # noqa: E402
 
+pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
+
 PHASES = {"no_parsers": NO_PARSERS, "parsers": PARSERS}
 OPTIONS = CheckOptions(extensions_as_notes=True)  # the reasoning field is an extension, not an error
 TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>")

@@ -29,6 +29,8 @@ if _GATEWAY_TESTS not in sys.path:
     sys.path.append(_GATEWAY_TESTS)
 from _servers import Canned, Replayer, RunningGateway, free_port  # noqa: E402
 
+pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
+
 VLLM = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "vllm-0.32-cpu"
 TOOL_TEXT = '<think>\nNeed weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from oaishim.cli import main
+from oaishim.commands.main import main
 from oaishim.server.config import ConfigError, ModelRoute, Settings, build_settings
 
 TOML = """

@@ -262,7 +262,7 @@ def test_the_serve_flag_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     """``oaishim serve --max-upstream-event-mb``; the server start is replaced by one that records
     the settings it was given (starting uvicorn is not what this is about)."""
     import oaishim.server.main
-    from oaishim.cli import main
+    from oaishim.commands.main import main
 
     started: list[Any] = []
     monkeypatch.delenv("OAISHIM_MAX_UPSTREAM_EVENT_MB", raising=False)

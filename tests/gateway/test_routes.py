@@ -20,7 +20,7 @@ import pytest
 from _servers import Canned, Replayer, RunningGateway, free_port
 
 from oaishim.check import check, exchange_from_bytes
-from oaishim.cli import main
+from oaishim.commands.main import main
 from oaishim.server.config import DEFAULT_PASSTHROUGH, ConfigError, ModelRoute, Settings, build_settings
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"

@@ -374,7 +374,7 @@ def test_an_endpoint_that_does_not_answer(tmp_path: Path) -> None:
     """Nothing listens on the port: every step is a transport finding, no crash, exit status 1."""
     import socket
 
-    from oaishim.cli import main
+    from oaishim.commands.main import main
 
     with socket.socket() as s:  # a port that was free a moment ago; nothing listens on it
         s.bind(("127.0.0.1", 0))

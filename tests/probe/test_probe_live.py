@@ -30,10 +30,12 @@ pytest.importorskip("tokenizers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 from _servers import RunningGateway, free_port
 
-from oaishim.cli import main
+from oaishim.commands.main import main
 from oaishim.engine.llamacpp import LlamaServer
 from oaishim.engine.tinymodel import TinyModels, ensure_tiny_models
 from oaishim.server.config import ModelRoute, Settings
+
+pytestmark = pytest.mark.live  # starts real engines (llama-server on the tiny model)
 
 ALIAS = "tiny"
 CHROMIUM = Path("/usr/bin/chromium")

@@ -1,4 +1,4 @@
-"""Tests for oaishim.transform.special and oaishim.transform.cleanup.
+"""Tests for oaishim.transform.special, .markup and .cleanup, and reading the files (oaishim.engine.tokens).
 
 The tokenizer files below are cut down from Qwen3's and MiniMax-M2's published ones (same keys and
 shapes, fewer tokens; MiniMax ids illustrative). The cleanup's expected outputs are written by hand
@@ -19,13 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _props import examples
+from oaishim.engine.tokens import load_special_tokens
 from oaishim.transform.cleanup import DisplayCleanup
-from oaishim.transform.special import (
-    SpecialTokenHolder,
-    SpecialTokens,
-    load_special_tokens,
-    special_tokens_from_gguf,
-)
+from oaishim.transform.markup import Scanner
+from oaishim.transform.special import SpecialTokens, special_tokens_from_gguf
 
 
 def added(content: str, special: bool) -> dict[str, Any]:
@@ -250,11 +247,28 @@ def assert_whole(pieces: list[str], tokens: frozenset[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# SpecialTokenHolder
+# Scanner: protected tokens only, joined as text
+
+
+class Holder:
+    """The scanner with only protected tokens, its parts joined: text out, no token cut in two."""
+
+    def __init__(self, tokens: SpecialTokens | list[str]) -> None:
+        self.scanner = Scanner(tokens.special if isinstance(tokens, SpecialTokens) else tokens)
+
+    @property
+    def held(self) -> str:
+        return self.scanner.buf
+
+    def feed(self, text: str) -> str:
+        return "".join(part for _, part in self.scanner.feed(text))
+
+    def flush(self) -> str:
+        return "".join(part for _, part in self.scanner.flush())
 
 
 def hold(pieces: list[str], tokens: SpecialTokens | list[str] = QWEN3) -> list[str]:
-    holder = SpecialTokenHolder(tokens)
+    holder = Holder(tokens)
     return [holder.feed(p) for p in pieces] + [holder.flush()]
 
 
@@ -265,10 +279,9 @@ def test_holder_keeps_a_token_whole() -> None:
 
 
 def test_holder_releases_a_false_start() -> None:
-    holder = SpecialTokenHolder(QWEN3)
+    holder = Holder(QWEN3)
     assert holder.feed("see <|im") == "see "
     assert holder.held == "<|im"
-    assert "holding '<|im'" in repr(holder)
     assert holder.feed("age|>") == "<|image|>"  # not a token of this model
     assert holder.feed("tail <|endof") == "tail "
     assert holder.flush() == "<|endof"  # the stream ended: it was text after all
@@ -305,7 +318,7 @@ FRAGMENTS = ["<|", "|>", "<", "im_", "end", "start", "<|im_end|>", "<|endoftext|
 )
 def test_holder_random_splits(parts: list[str], cuts: list[int]) -> None:
     text = "".join(parts)
-    holder = SpecialTokenHolder(QWEN3)
+    holder = Holder(QWEN3)
     longest = max(len(t) for t in QWEN3.special)
     pieces = []
     for piece in split_at(text, [min(c, len(text)) for c in cuts]):

@@ -1,11 +1,12 @@
-"""Capture: both sides of the wire, every piece with its time, in a store that survives a crash.
+"""Capture core: both sides of the wire, every piece with its time, in a store that survives a crash.
 
-The pure core — the record format and its migrations (``record``), redaction (``redact``),
-building a record from what a recorder collected (``build``), the stream timeline (``timeline``),
-matching requests to recorded answers (``playbook``), comparing answers (``diff``) and rendering
-(``render``) — sits beside the shells that touch files (``store``, ``reader``) and sockets
-(``proxy``, ``mock``, ``replay``; imported by name, not here: they build on ``oaishim.server``,
-which records through this package).
+The record format and its migrations (``record``), redaction (``redact``), building a record from
+what a recorder collected (``build``), the stream timeline (``timeline``), matching requests to
+recorded answers (``playbook``), comparing answers (``diff``) and rendering (``render``), plus the
+store that writes and reads the files (``store``, ``reader``, ``index``, ``files``). No sockets and
+no event loop here: the gateway's recorder (``oaishim.server.recording``) builds on this package,
+and the tools that serve or send over the network (proxy, mock, replay) are
+:mod:`oaishim.capture_tools`, above the server.
 """
 
 from oaishim.capture.reader import CaptureReader

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from oaishim.check._findings import Sink
-from oaishim.wire.errors import is_error_body as _wire_is_error_body
-from oaishim.wire.errors import looks_like_server_fault
+from oaishim.transform.upstream_errors import is_error_body as _any_error_body
+from oaishim.transform.upstream_errors import looks_like_server_fault
 
 __all__ = ["check_error_body", "is_error_body"]
 
@@ -21,7 +21,7 @@ __all__ = ["check_error_body", "is_error_body"]
 def is_error_body(body: Any) -> bool:
     """An error body in any backend's shape; a Responses ``response`` object (whose ``error`` key is
     ``null`` or the failure it reports) is not one."""
-    return _wire_is_error_body(body) and not (isinstance(body, Mapping) and body.get("object") == "response")
+    return _any_error_body(body) and not (isinstance(body, Mapping) and body.get("object") == "response")
 
 
 # The error types the official API uses, and the statuses each may come with.

@@ -7,7 +7,7 @@ order. bfloat16 is the top half of a float32 (see :mod:`._weights`). ``lm_head``
 the embeddings are tied, and vLLM skips ``lm_head.*`` then.
 
 The tokenizer is ``PreTrainedTokenizerFast`` over ``tokenizer.json``, which needs no other files;
-``added_tokens_decoder`` marks only the three control tokens special, so ``load_special_tokens``
+``added_tokens_decoder`` marks only the three control tokens special, so ``engine.tokens.load_special_tokens``
 (and vLLM's ``skip_special_tokens``) see the tags as text.
 """
 

@@ -10,7 +10,7 @@ Layers, pure to impure (style.md: a core with no I/O and a thin shell):
 * :mod:`._results`, :mod:`._compare`: checks, scores, baselines; the two sides of ``--against``;
 * :mod:`._runner`: the only network I/O (aiohttp), calibration, concurrency, progress;
 * :mod:`._terminal`, :mod:`._markdown`, :mod:`._html`, :mod:`._files`: the reports;
-* :mod:`.cli`: ``oaishim probe URL --model NAME ...``.
+* the command line, ``oaishim probe URL --model NAME ...``, is :mod:`oaishim.commands.probe`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from oaishim.probe._steer import Steering
 
 # Loaded on first use, so that `oaishim check` and `oaishim serve` do not import the probe's HTTP
-# client (the CLI imports oaishim.probe.cli to register the subcommand).
+# client (oaishim.commands.probe registers the subcommand without importing it).
 _EXPORTS = {
     "Case": "_cases",
     "CatalogueError": "_cases",

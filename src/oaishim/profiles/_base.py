@@ -7,9 +7,8 @@ fields are about the request side: what the backend reads, rejects or misreads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
@@ -63,7 +62,6 @@ class Profile:
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
     display_markup: frozenset[str] = frozenset()
     server_header: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

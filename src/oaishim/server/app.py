@@ -27,6 +27,7 @@ from oaishim.server.asgi import (
     Scope,
     Send,
     header,
+    lifespan,
     read_body,
     scrubbing,
     send_error,
@@ -41,11 +42,11 @@ from oaishim.server.upstream import Upstreams
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
+from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import validate
 from oaishim.wire.errors import (
     OpenAIError,
     bad_request,
-    normalize_upstream_error,
     not_found,
     too_large,
     unauthorized,
@@ -122,7 +123,7 @@ class Gateway:
     # -- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self.startup, self.shutdown)
             return
         if scope["type"] != "http":
             return
@@ -142,17 +143,6 @@ class Gateway:
         finally:
             if rec is not None:
                 rec.end()
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await self.startup()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         method = scope["method"]

@@ -38,6 +38,29 @@ class AnswerBroken(Exception):
     connection without the body's end, so the client sees a broken answer."""
 
 
+async def _nothing() -> None:
+    return None
+
+
+async def lifespan(
+    receive: Receive,
+    send: Send,
+    startup: Callable[[], Awaitable[None]] = _nothing,
+    shutdown: Callable[[], Awaitable[None]] = _nothing,
+) -> None:
+    """Answer an ASGI ``lifespan`` scope: ``startup()`` before the server takes requests,
+    ``shutdown()`` after the last one; each acknowledged once it has returned."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await startup()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     parts: list[bytes] = []
     size = 0

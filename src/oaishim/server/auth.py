@@ -10,10 +10,6 @@ class KeyRing:
     def __init__(self, keys: Sequence[str]) -> None:
         self._keys = [k.encode() for k in keys]
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._keys)
-
     def allows(self, authorization: bytes | None, api_key: bytes | None = None) -> bool:
         """``Authorization: Bearer KEY`` (or an ``api-key`` header, as Azure-style clients send)."""
         if not self._keys:

@@ -18,14 +18,15 @@ import os
 import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from oaishim.capture.redact import parse_path
+from oaishim.engine.tokens import load_special_tokens
 from oaishim.profiles import get_profile
 from oaishim.transform.context import ReasoningField
-from oaishim.transform.special import SpecialTokens, load_special_tokens
+from oaishim.transform.special import SpecialTokens
 from oaishim.wire.paths import parse_rule
 
 REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning", "both", "drop")
@@ -86,7 +87,6 @@ class Settings:
     parallel: int | None = None  # None: llama.cpp's own choice (4 slots on one shared KV cache)
     llama_args: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def route(self, model: str | None) -> ModelRoute | None:
         """The route for a client's model name; a single route serves any name."""
@@ -125,7 +125,8 @@ def _number(value: Any, name: str, kind: type[int] | type[float], low: float, hi
     return number
 
 
-def _url(value: Any, name: str) -> str:
+def upstream_url(value: Any, name: str) -> str:
+    """An upstream's base URL as configured (http or https, no trailing slash); ``name`` says where it was given."""
     url = value.strip().rstrip("/") if isinstance(value, str) else ""
     if not url.startswith(("http://", "https://")) or not url.partition("://")[2]:
         raise ConfigError(f"{name}: {value!r} is not an http:// or https:// URL")
@@ -207,7 +208,7 @@ def _routes(entries: Any) -> tuple[ModelRoute, ...]:
         routes.append(
             ModelRoute(
                 name=entry["name"],
-                upstreams=tuple(_url(u, f"{where}.upstreams") for u in ups),
+                upstreams=tuple(upstream_url(u, f"{where}.upstreams") for u in ups),
                 profile=_profile(entry.get("profile", "auto"), f"{where}.profile"),
                 upstream_model=entry.get("upstream_model"),
                 upstream_api_key=entry.get("upstream_api_key"),
@@ -262,7 +263,7 @@ def build_settings(
             raise ConfigError(f"upstream: expected a URL or a list of URLs, got {upstream!r}")
         route = ModelRoute(
             name=name,
-            upstreams=tuple(_url(u, "upstream") for u in urls),
+            upstreams=tuple(upstream_url(u, "upstream") for u in urls),
             profile=_profile(profile or _env("PROFILE") or data.get("profile", "auto"), "profile"),
             upstream_api_key=upstream_api_key or _env("UPSTREAM_API_KEY") or data.get("upstream_api_key"),
         )

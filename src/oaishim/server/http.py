@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from oaishim.wire.errors import OpenAIError, bad_request, timeout, too_large
+from oaishim.wire.errors import OpenAIError, bad_request, timeout, too_large, unavailable
 
 LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
 
@@ -77,7 +77,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._waiting_since = self.loop.time()
         if crowded:
             message = "The server is overloaded with connections; please try again later."
-            self._refuse(OpenAIError(503, message, "server_error", code="too_many_connections"))
+            self._refuse(unavailable(message, code="too_many_connections"))
             return
         self._arm(self.limits.header_timeout, self._head_timed_out)
 

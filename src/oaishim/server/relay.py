@@ -24,8 +24,9 @@ from oaishim.server.config import Settings
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pipe import StreamPipe, plain_answer, upstream_too_large
+from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import Endpoint
-from oaishim.wire.errors import OpenAIError, normalize_upstream_error
+from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.headers import retry_headers
 
 log = logging.getLogger("oaishim.relay")
@@ -149,9 +150,7 @@ async def relay_stream(
         # The pipe never raises for what the upstream sends; this is the relay or a send: still one
         # error event and the end for the client, and the details for whoever reads the log.
         log.exception("stream %s (model %s): failed while relaying the upstream stream", ctx.response_id, ctx.model)
-        tail = pipe.fail(
-            OpenAIError(502, f"The gateway failed to relay the upstream's answer ({ctx.response_id}).", "server_error")
-        )
+        tail = pipe.fail(upstream_error(f"The gateway failed to relay the upstream's answer ({ctx.response_id})."))
     finally:
         response.close()  # also when cancelled because the client went away: the backend stops now
     await send({"type": "http.response.body", "body": tail, "more_body": False})

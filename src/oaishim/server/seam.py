@@ -1,6 +1,6 @@
 """The one seam between the gateway and its backends, in the manner of httpx's transport.
 
-The gateway's shell (``server.app``, ``server.relay``, ``capture.proxy``) sees an upstream only as
+The gateway's shell (``server.app``, ``server.relay``, ``capture_tools.proxy``) sees an upstream only as
 these two protocols: :class:`Upstream` opens a request and returns once the response head is in;
 an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of body pieces and a
 ``close``. Every failure of the exchange is an :class:`~oaishim.wire.errors.OpenAIError` (no replica

@@ -20,7 +20,7 @@ from yarl import URL
 
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.seam import RawHeaders, SentRequest
-from oaishim.wire.errors import OpenAIError, bad_request
+from oaishim.wire.errors import OpenAIError, bad_request, timeout
 from oaishim.wire.paths import BadTarget, join_upstream
 
 log = logging.getLogger("oaishim.upstream")
@@ -225,7 +225,7 @@ class AiohttpResponse:
             async for chunk in response.content.iter_any():
                 yield chunk
         except TimeoutError as exc:
-            raise OpenAIError(504, _expired(response, exc), "server_error", code="upstream_timeout") from exc
+            raise timeout(_expired(response, exc), code="upstream_timeout") from exc
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise OpenAIError(
                 502,

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from oaishim.capture.redact import MASK, MIN_SECRET, scrub_bytes, secret_needles
-from oaishim.wire.errors import OpenAIError, bad_request
+from oaishim.wire.errors import OpenAIError, bad_request, internal_error
 
 __all__ = [
     "Codec",
@@ -82,7 +82,7 @@ class StoreError(Exception):
     """Anything the store refuses or fails at; :meth:`openai` is what the client is told."""
 
     def openai(self) -> OpenAIError:
-        return OpenAIError(500, "The server had an error while storing the response.", "server_error")
+        return internal_error("The server had an error while storing the response.")
 
 
 class RecordTooLarge(StoreError):
@@ -103,7 +103,7 @@ class StoreUnavailable(StoreError):
     message names the cause for the operator's log; the client gets a plain 500."""
 
     def openai(self) -> OpenAIError:
-        return OpenAIError(500, "The response store is unavailable; please retry.", "server_error")
+        return internal_error("The response store is unavailable; please retry.")
 
 
 class RecordConflict(StoreError):

@@ -2,8 +2,7 @@
 
 * finish reasons: the official set only; ``tool_calls`` exactly when calls were made under
   ``auto`` (OpenAI answers ``stop`` for a named tool choice, docs/backend-quirks.md §0.1);
-* tool-call ids: ``call_…``; a backend id that already has the prefix is kept, others are mapped
-  to a stable ``call_`` id (so the same upstream id always gives the same client id);
+* tool-call ids: :func:`oaishim.transform.ids.call_id`;
 * logprobs: the endpoint's own shape, ``-inf`` clamped to -9999.0 as the spec says, extra keys
   (llama.cpp's ``id``) dropped, alternatives trimmed to what was asked;
 * usage: the three counts and the official detail keys; a top-level ``reasoning_tokens`` moved
@@ -16,14 +15,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from oaishim.transform.context import ResponseContext, random_id
+from oaishim.transform.context import ResponseContext
 from oaishim.wire.errors import OpenAIError
 
 OFFICIAL_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -81,14 +79,6 @@ def finish_reason(upstream: Any, made_calls: bool, ctx: ResponseContext) -> str:
     if made_calls:
         return "tool_calls" if ctx.tool_mode in ("auto", "required") else "stop"
     return "stop"
-
-
-def call_id(upstream: Any) -> str:
-    if isinstance(upstream, str) and upstream.startswith("call_") and len(upstream) > 5:
-        return upstream
-    if isinstance(upstream, str) and upstream:
-        return "call_" + hashlib.blake2b(upstream.encode(), digest_size=12).hexdigest()
-    return random_id("call_", 24)
 
 
 def arguments_text(arguments: Any) -> str:

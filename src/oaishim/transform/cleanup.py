@@ -13,9 +13,8 @@ of it here:
   ``saw_end_of_turn`` when an end-of-turn token passes, so the gateway can end the choice with
   ``finish_reason`` and ``[DONE]`` whether or not the token stays visible.
 
-The text is cut by the same left-to-right scanner as
-:class:`~oaishim.transform.special.SpecialTokenHolder`, so no token is ever cut in two and the
-result never depends on how the text was split. In the gateway the stripping runs after the tool
+The text is cut by the left-to-right scanner of :mod:`oaishim.transform.markup`, so no token is
+ever cut in two and the result never depends on how the text was split. In the gateway the stripping runs after the tool
 call parser, on display text only (``transform.repair``): never inside a call's arguments.
 """
 
@@ -24,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from oaishim.transform.special import SpecialTokens, _PartKind, _Scanner
+from oaishim.transform.markup import PartKind, Scanner
+from oaishim.transform.special import SpecialTokens
 
 __all__ = ["DisplayCleanup", "display_markup"]
 
@@ -66,7 +66,7 @@ class DisplayCleanup:
         self.end_token: str | None = None
         self.stripped: list[str] = []  # what was removed, in order, for logs and tests
         strip = (tokens.special - self.protected) | frozenset(markup)
-        self._scanner = _Scanner(self.protected, strip)
+        self._scanner = Scanner(self.protected, strip)
 
     @property
     def saw_end_of_turn(self) -> bool:
@@ -82,7 +82,7 @@ class DisplayCleanup:
     def flush(self) -> str:
         return self._render(self._scanner.flush())
 
-    def _render(self, parts: list[tuple[_PartKind, str]]) -> str:
+    def _render(self, parts: list[tuple[PartKind, str]]) -> str:
         if self.end_at_end_of_turn and self.end_token is not None:
             return ""  # the turn ended: nothing after its token comes out, however the text was split
         out: list[str] = []

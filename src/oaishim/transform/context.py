@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import secrets
-import string
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from oaishim.transform.ids import random_id
 
 if TYPE_CHECKING:
     from oaishim.transform.repair import RepairPlan
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both", "drop"]
 ToolChoiceMode = Literal["none", "auto", "required", "named"]
-_ALPHABET = string.ascii_letters + string.digits
-
-
-def random_id(prefix: str, size: int = 29) -> str:
-    """An id in the official style: ``chatcmpl-`` / ``cmpl-`` / ``call_`` and random letters and digits.
-
-    One ``os.urandom`` call per id, not per character (that was a tenth of a plain request's CPU);
-    the slight modulo bias does not matter for an id that only has to be unique."""
-    return prefix + "".join(_ALPHABET[b % 62] for b in secrets.token_bytes(size))
 
 
 @dataclass(slots=True)

@@ -28,8 +28,9 @@ from oaishim.transform import response as normalize
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.encode import ChatSSEEncoder, Encoder
 from oaishim.transform.stream import Chunk, StreamNormalizer
+from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import Endpoint
-from oaishim.wire.errors import OpenAIError, normalize_upstream_error
+from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.sse import EventTooLarge, SSEDecoder
 
 log = logging.getLogger("oaishim.relay")
@@ -59,7 +60,7 @@ def plain_answer(endpoint: Endpoint, status: int, raw: bytes, ctx: ResponseConte
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise OpenAIError(502, "The upstream answered with a body that is not JSON.", "server_error") from None
+        raise upstream_error("The upstream answered with a body that is not JSON.") from None
     if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
         raise normalize_upstream_error(status, body, context_param=ctx.context_param)
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, join_text
 from oaishim.transform.repair import repair_text
 from oaishim.wire.errors import OpenAIError
@@ -132,7 +133,7 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     fn = _parts.mapping(fn)
     name = _parts.text_or_none(fn.get("name"), "a tool call's name") or ""
     return {
-        "id": _parts.call_id(call.get("id")),
+        "id": call_id(call.get("id")),
         "type": "function",
         "function": {"name": name, "arguments": _parts.arguments_text(fn.get("arguments"))},
     }

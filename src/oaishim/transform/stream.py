@@ -35,9 +35,11 @@ import orjson
 
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallStart, Piece, Text, merge
 from oaishim.transform.repair import TextRepair
-from oaishim.wire.errors import OpenAIError, is_error_body, normalize_upstream_error
+from oaishim.transform.upstream_errors import is_error_body, normalize_upstream_error
+from oaishim.wire.errors import OpenAIError, internal_error, upstream_error
 
 Chunk = dict[str, Any]  # one normalised official chunk, for an encoder (transform.encode) to write
 log = logging.getLogger("oaishim.stream")
@@ -154,9 +156,7 @@ class StreamNormalizer:
         except OpenAIError as error:  # a chunk that cannot be read
             return self.fail(error)
         except orjson.JSONDecodeError:
-            return self.fail(
-                OpenAIError(502, f"the upstream sent an event that is not JSON: {data[:80]!r}", "server_error")
-            )
+            return self.fail(upstream_error(f"the upstream sent an event that is not JSON: {data[:80]!r}"))
         except Exception:
             log.exception("stream %s (model %s): failed to rewrite the event %.300r", *self._where(), data or parsed)
             return self.fail(self._internal())
@@ -197,7 +197,7 @@ class StreamNormalizer:
             if not isinstance(finish, str):
                 raise _parts.unreadable("a finish_reason", finish, "a string or null")
             if finish in {"abort", "error"}:
-                return [*out, *self.fail(OpenAIError(500, "the upstream aborted the generation", "server_error"))]
+                return [*out, *self.fail(internal_error("the upstream aborted the generation"))]
             if state.held is None:  # a second finish for the choice changes nothing
                 # Held, not sent: text may still come for this choice (issue 19). It is numbered
                 # now, so output indices follow the order choices opened or finished, as before.
@@ -305,7 +305,7 @@ class StreamNormalizer:
     def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[Chunk]:
         entry = state.calls.get(key)
         if entry is None:
-            entry = state.calls[key] = _Call(len(state.calls), _parts.call_id(upstream_id))
+            entry = state.calls[key] = _Call(len(state.calls), call_id(upstream_id))
         if entry.name is None and name:
             entry.name = name
         out: list[Chunk] = []
@@ -427,7 +427,7 @@ class StreamNormalizer:
         unfinished = [i for i, c in self.choices.items() if c.state != "finished"]  # upstream indices
         if unfinished or not self.choices:
             what = "before any choice" if not self.choices else f"before choice {unfinished[0]} finished"
-            return [*out, *self.fail(OpenAIError(502, f"the upstream stream ended {what}", "server_error"))]
+            return [*out, *self.fail(upstream_error(f"the upstream stream ended {what}"))]
         if self.ctx.include_usage and self.usage is not None:
             # Only what the backend counted: a made-up usage would be a lie (the checker reports
             # the missing chunk instead).

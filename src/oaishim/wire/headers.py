@@ -14,16 +14,14 @@ from collections.abc import Iterable
 
 Headers = list[tuple[bytes, bytes]]
 
-NOT_RETURNED = frozenset(
+# The connection-level (hop-by-hop) headers, RFC 9110 §7.6.1 plus the older Keep-Alive,
+# Proxy-Connection and Trailer: they describe one connection, so no proxy, mock or replay passes them on.
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
+)
+NOT_RETURNED = HOP_BY_HOP | frozenset(
     {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
         b"proxy-authenticate",
-        b"te",
-        b"trailer",
         b"content-length",
         b"server",
         b"date",
@@ -34,6 +32,12 @@ NOT_RETURNED = frozenset(
 )
 _RETRY = (b"retry-after", b"retry-after-ms")
 _RATE_PREFIX = b"x-ratelimit-"
+
+
+def is_hop_by_hop(name: str | bytes) -> bool:
+    """Whether a header (any case, ``str`` as a record holds it or ``bytes`` as ASGI does) is connection-level."""
+    raw = name.encode("latin-1") if isinstance(name, str) else name
+    return raw.lower() in HOP_BY_HOP
 
 
 def _pairs(headers: Iterable[tuple[bytes, bytes]]) -> Iterable[tuple[bytes, bytes]]:

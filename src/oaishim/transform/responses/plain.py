@@ -13,7 +13,7 @@ from typing import Any
 
 from oaishim.transform.responses._info import ResponsesRequestInfo, new_id
 from oaishim.transform.responses.stream import ResponsesStreamEncoder
-from oaishim.wire.errors import OpenAIError
+from oaishim.wire.errors import upstream_error
 
 __all__ = ["chat_to_response"]
 
@@ -21,11 +21,11 @@ __all__ = ["chat_to_response"]
 def _as_chunk(completion: Mapping[str, Any]) -> dict[str, Any]:
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise OpenAIError(502, "the upstream answer has no choice", "server_error")
+        raise upstream_error("the upstream answer has no choice")
     choice = choices[0]
     message = choice.get("message")
     if not isinstance(message, Mapping):
-        raise OpenAIError(502, "the upstream answer has no message", "server_error")
+        raise upstream_error("the upstream answer has no message")
     delta = {k: message.get(k) for k in ("reasoning_content", "reasoning", "content", "refusal")}
     calls = message.get("tool_calls")
     if isinstance(calls, list):
@@ -62,5 +62,5 @@ def chat_to_response(
     response = encoder.response
     if response["status"] == "failed":
         error = response["error"] or {}
-        raise OpenAIError(502, str(error.get("message", "the upstream answer could not be read")), "server_error")
+        raise upstream_error(str(error.get("message", "the upstream answer could not be read")))
     return response

@@ -34,7 +34,7 @@ from oaishim.transform.responses._info import (
 )
 from oaishim.transform.responses._seal import seal_reasoning
 from oaishim.transform.responses.items import Event, OutputBuilder
-from oaishim.wire.errors import OpenAIError
+from oaishim.wire.errors import OpenAIError, upstream_error
 
 __all__ = ["ResponsesStreamEncoder", "frame"]
 
@@ -130,9 +130,7 @@ class ResponsesStreamEncoder:
         except OpenAIError as err:
             return out + self.fail(err)
         except (TypeError, AttributeError, KeyError, ValueError):
-            return out + self.fail(
-                OpenAIError(502, "the upstream sent a chunk the gateway cannot read", "server_error")
-            )
+            return out + self.fail(upstream_error("the upstream sent a chunk the gateway cannot read"))
         return out + self._emit(events)
 
     def _read(self, chunk: Mapping[str, Any]) -> list[Event]:
@@ -163,7 +161,7 @@ class ResponsesStreamEncoder:
         if self.ended:
             return []
         if self._finish is None:
-            return self.fail(OpenAIError(502, "the upstream stream ended before the response finished", "server_error"))
+            return self.fail(upstream_error("the upstream stream ended before the response finished"))
         out = self.start()
         self.ended = True
         self._response["usage"] = self._usage

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
-from oaishim.transform._parts import call_id
+from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, Text, merge
 from oaishim.transform.toolcalls._json import DONE, KEY, MEMBER, START, Bad, Json
 

@@ -16,28 +16,17 @@ from __future__ import annotations
 import logging
 
 from oaishim.server import relay
-from oaishim.server.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_error
+from oaishim.server.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, lifespan, read_body, send_error
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recorder, Recording, RecordingUpstream
 from oaishim.server.upstream import Upstreams
 from oaishim.wire.errors import OpenAIError, too_large
+from oaishim.wire.headers import HOP_BY_HOP, is_hop_by_hop
 
-log = logging.getLogger("oaishim.capture.proxy")
-# Hop-by-hop headers (RFC 9110 §7.6.1) and Host, which names the proxy, not the upstream.
-NOT_FORWARDED = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"host",
-        b"accept-encoding",
-    }
-)
-NOT_RETURNED = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+log = logging.getLogger("oaishim.capture_tools.proxy")
+# Hop-by-hop headers and Host, which names the proxy, not the upstream; Accept-Encoding is replaced
+# by identity (see above).
+NOT_FORWARDED = HOP_BY_HOP | {b"host", b"accept-encoding"}
 
 
 class UpstreamBroke(Exception):
@@ -60,7 +49,7 @@ class CaptureProxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self.startup, self.shutdown)
             return
         if scope["type"] != "http":
             return
@@ -80,18 +69,13 @@ class CaptureProxy:
         finally:
             recorder.end(error)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self.recording.start()
-                await self.upstreams.start()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.upstreams.close()
-                self.recording.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def startup(self) -> None:
+        self.recording.start()
+        await self.upstreams.start()
+
+    async def shutdown(self) -> None:
+        await self.upstreams.close()
+        self.recording.close()
 
     async def _relay(self, scope: Scope, receive: Receive, send: Send, recorder: Recorder) -> None:
         try:
@@ -116,7 +100,7 @@ class CaptureProxy:
         upstream = RecordingUpstream(self.upstreams, recorder)
         response = await upstream.open(self.route, method, target, body or None, None, headers=headers)
         try:
-            returned = [(k, v) for k, v in response.headers if k.lower() not in NOT_RETURNED]
+            returned = [(k, v) for k, v in response.headers if not is_hop_by_hop(k)]
             await send({"type": "http.response.start", "status": response.status, "headers": returned})
             try:
                 async for piece in response.pieces():

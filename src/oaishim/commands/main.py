@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 
 from oaishim import __version__
-from oaishim.capture.cli import add_parsers as _add_capture_commands
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.check._report import json_report, text_report
-from oaishim.probe.cli import add_parser as _add_probe
+from oaishim.commands.capture import add_parsers as _add_capture_commands
+from oaishim.commands.probe import add_parser as _add_probe
 
 
 def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(baseline)
     special = None
     if args.special_tokens is not None:
-        from oaishim.transform.special import load_special_tokens
+        from oaishim.engine.tokens import load_special_tokens
 
         try:
             special = load_special_tokens(args.special_tokens)

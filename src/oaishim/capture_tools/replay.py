@@ -3,7 +3,7 @@
 Each request goes out as recorded (method, path and query, headers, body), except for what the
 record no longer holds: redacted headers are left out (``api_key`` supplies a key to send instead)
 and so are connection-level ones. The new answer is read piece by piece with the same clock as a
-capture, so it is compared (``capture.diff``) in the stored shape, by the same code.
+capture, so it is compared (:mod:`oaishim.capture.diff`) in the stored shape, by the same code.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from oaishim.capture.diff import Difference, Observed, compare, observe
 from oaishim.capture.playbook import Side
 from oaishim.capture.record import Record, body_bytes, encode_body, side
 from oaishim.capture.redact import MASK
+from oaishim.wire.headers import is_hop_by_hop
 
-NOT_SENT = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade"})
+# Besides the hop-by-hop headers: Host and the length, which the client sets for the new connection.
+NOT_SENT = frozenset({"host", "content-length"})
 
 
 @dataclass
@@ -46,7 +48,9 @@ def _target(request: Mapping[str, Any]) -> str:
 
 def _headers(request: Mapping[str, Any], api_key: str | None) -> list[tuple[str, str]]:
     out = [
-        (str(k), str(v)) for k, v in request.get("headers") or [] if str(k).lower() not in NOT_SENT and str(v) != MASK
+        (str(k), str(v))
+        for k, v in request.get("headers") or []
+        if str(k).lower() not in NOT_SENT and not is_hop_by_hop(str(k)) and str(v) != MASK
     ]
     if api_key:
         out.append(("Authorization", f"Bearer {api_key}"))

@@ -1,6 +1,6 @@
 """The capture commands: ``capture``, ``replay``, ``mock``, ``inspect`` (``add_parsers`` wires them).
 
-A thin shell like ``oaishim.cli``: arguments in, files and servers opened, text out; the work is in
+A thin shell like ``oaishim.commands.main``: arguments in, files and servers opened, text out; the work is in
 the modules it calls.
 """
 
@@ -57,13 +57,13 @@ def _add_capture(sub: SubParsers) -> None:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from oaishim.capture.proxy import CaptureProxy
     from oaishim.capture.redact import parse_path
-    from oaishim.server.config import ConfigError, _url
+    from oaishim.capture_tools.proxy import CaptureProxy
+    from oaishim.server.config import ConfigError, upstream_url
     from oaishim.server.recording import Recording
 
     try:
-        upstream = _url(args.upstream, "--upstream")
+        upstream = upstream_url(args.upstream, "--upstream")
         for path in args.redact:
             parse_path(path)
     except (ConfigError, ValueError) as exc:
@@ -104,7 +104,7 @@ def _add_replay(sub: SubParsers) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     from oaishim.capture.diff import KINDS
     from oaishim.capture.reader import CaptureReader
-    from oaishim.capture.replay import replay
+    from oaishim.capture_tools.replay import replay
 
     unknown = [k for k in args.ignore if k not in KINDS]
     if unknown:
@@ -176,9 +176,9 @@ def _add_mock(sub: SubParsers) -> None:
 
 
 def _run_mock(args: argparse.Namespace) -> int:
-    from oaishim.capture.mock import MockBackend
     from oaishim.capture.playbook import Playbook
     from oaishim.capture.reader import CaptureReader
+    from oaishim.capture_tools.mock import MockBackend
 
     try:
         reader = CaptureReader(args.source)

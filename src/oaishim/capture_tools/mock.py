@@ -26,14 +26,15 @@ from oaishim.server.asgi import (
     Receive,
     Scope,
     Send,
+    lifespan,
     read_body,
     send_error,
     send_json,
 )
 from oaishim.wire.errors import OpenAIError, not_found, too_large
+from oaishim.wire.headers import is_hop_by_hop
 
 Timing = Literal["original", "fast"]
-NOT_REPLAYED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"})
 
 
 class RecordingBrokeOff(Exception):
@@ -44,7 +45,7 @@ def replay_headers(response: Mapping[str, Any]) -> Headers:
     out: Headers = []
     for pair in response.get("headers") or []:
         name, value = str(pair[0]), str(pair[1])
-        if name.lower() not in NOT_REPLAYED and value != MASK:
+        if not is_hop_by_hop(name) and name.lower() != "content-length" and value != MASK:
             out.append((name.lower().encode("latin-1"), value.encode("latin-1")))
     return out
 
@@ -60,9 +61,7 @@ class MockBackend:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
