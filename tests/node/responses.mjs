@@ -11,8 +11,10 @@ const input = JSON.parse(await new Promise((resolve) => {
 }));
 const client = new OpenAI({ baseURL: input.baseURL, apiKey: input.apiKey, maxRetries: 0 });
 
-// The SDK adds output_text to what create and retrieve return, not to a stream event's response.
-const bare = ({ output_text, ...rest }) => JSON.stringify(rest);
+// The SDK adds output_text to what create and retrieve return (not to a stream event's response),
+// and its stream helper parsed_arguments to function calls: neither came from the server.
+const bare = ({ output_text, output, ...rest }) =>
+  JSON.stringify({ ...rest, output: output.map(({ parsed_arguments, ...item }) => item) });
 
 async function summary(response) {
   const again = await client.responses.retrieve(response.id);
