@@ -12,8 +12,8 @@ const input = JSON.parse(await new Promise((resolve) => {
 const client = new OpenAI({ baseURL: input.baseURL, apiKey: input.apiKey, maxRetries: 0 });
 
 // The SDK adds output_text to what create and retrieve return (not to a stream event's response),
-// and its stream helper parsed_arguments to function calls: neither came from the server.
-const bare = ({ output_text, output, ...rest }) =>
+// and its stream helper output_parsed and parsed_arguments to function calls: none came from the server.
+const bare = ({ output_text, output_parsed, output, ...rest }) =>
   JSON.stringify({ ...rest, output: output.map(({ parsed_arguments, ...item }) => item) });
 
 async function summary(response) {
