@@ -4,7 +4,8 @@ cost in ``transform/`` and ``wire/`` (CPU time, so a busy machine disturbs it le
     .venv/bin/python bench/micro.py [--repeat 5]
 
 Prints one JSON line: µs per plain request (validate + prepare + normalise + serialise) and per
-streamed chunk (the stream pipe: SSE decode + normalise + encode), each the best of ``--repeat`` runs.
+streamed chunk (the stream pipe: SSE decode + normalise + encode; also with the Responses encoder),
+each the best of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import prepare, rewrite
 from oaishim.transform.response import normalize_chat
+from oaishim.transform.responses import ResponsesStreamEncoder, responses_to_chat
 from oaishim.transform.validate import validate
 
 SETTINGS = Settings(models=(ModelRoute("bench", ("http://127.0.0.1:1",), "vllm"),))
@@ -50,14 +52,19 @@ def plain(n: int) -> float:
     return (time.process_time() - t0) / n * 1e6
 
 
-def stream(n_streams: int, tokens: int) -> float:
+def stream(n_streams: int, tokens: int, responses: bool = False) -> float:
+    """µs per streamed chunk; ``responses``: written as Responses events (``POST /v1/responses``)."""
     body = orjson.loads(request_body(tokens, True))
     prepared = prepare("chat", body, PROFILE, upstream_model=None)
     events = [upstream.ROLE, upstream.FIRST, *[upstream.TOKENS[i % len(upstream.TOKENS)] for i in range(tokens - 2)]]
     pieces = [_dechunk(e) for e in events] + [_dechunk(upstream.FINISH), b"data: [DONE]\n\n"]
+    info = responses_to_chat({"model": "bench", "input": "hi", "stream": True})[1]
     t0 = time.process_time()
     for _ in range(n_streams):
-        pipe = StreamPipe(response_context("chat", prepared, SETTINGS))
+        encoder = ResponsesStreamEncoder(info) if responses else None
+        pipe = StreamPipe(response_context("chat", prepared, SETTINGS), encoder=encoder)
+        if encoder is not None:
+            encoder.start()
         for piece in pieces:  # one read per event, as when tokens arrive one at a time
             pipe.feed(piece)
         pipe.flush()
@@ -71,6 +78,7 @@ def main() -> None:
     result = {
         "plain_us_per_request": round(min(plain(2000) for _ in range(args.repeat)), 2),
         "stream_us_per_chunk": round(min(stream(100, 128) for _ in range(args.repeat)), 2),
+        "responses_stream_us_per_chunk": round(min(stream(100, 128, True) for _ in range(args.repeat)), 2),
     }
     print(orjson.dumps(result).decode())
 

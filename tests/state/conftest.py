@@ -1,11 +1,10 @@
-"""Fixtures for the response store: a private PostgreSQL cluster for the session (see
-``tests/_postgres.py``), a fresh schema per test on it, and ``backend``: the same test run on each
+"""Fixtures for the response store: a fresh schema per test on the session's private PostgreSQL
+cluster (``pg_cluster``, tests/conftest.py), and ``backend``: the same test run on each
 store kind, with a way to read what really lies in its database."""
 
 from __future__ import annotations
 
 import itertools
-import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import astuple
@@ -15,37 +14,13 @@ from typing import Any
 import pytest
 from _state import Backend, Clock
 
-from _postgres import Cluster, find_bindir
+from _postgres import Cluster
 from oaishim.state import StateStore
 from oaishim.state.memory import MemoryStore
 from oaishim.state.postgres import TABLE, PostgresStore
 from oaishim.state.sqlite import SQLiteStore
 
 _schemas = itertools.count(1)
-
-
-def _missing(why: str) -> None:
-    # CI installs PostgreSQL (.ci/run): a missing server there is a failure, not a quiet skip.
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Cluster]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        _missing("psycopg is not installed (pip install -e '.[dev]')")
-    bindir = find_bindir()
-    if bindir is None:
-        _missing("the PostgreSQL server is not installed (apt-get install postgresql)")
-    assert bindir is not None
-    cluster = Cluster(bindir).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -150,6 +150,25 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="MB",
         help="the largest SSE event or plain body read from the backend, in MiB (default 16); past it: a 502",
     )
+    p.add_argument(
+        "--state",
+        metavar="URL|PATH",
+        help="the response store of /v1/responses: an SQLite path, sqlite:///…, postgresql://… or memory "
+        "(default: $XDG_STATE_HOME/oaishim/responses.sqlite)",
+    )
+    p.add_argument(
+        "--state-max-age",
+        type=float,
+        metavar="SECONDS",
+        help="how long a stored response is kept, 0 for ever (default 2592000, 30 days)",
+    )
+    p.add_argument("--state-max-mb", type=float, metavar="MB", help="the largest stored record, in MiB (default 8)")
+    p.add_argument(
+        "--state-secret",
+        metavar="SECRET",
+        help="the key that seals encrypted_content (default: a random key kept beside an SQLite store; "
+        "required for PostgreSQL, the same on every replica)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -218,6 +237,10 @@ def _run_serve(args: argparse.Namespace) -> int:
             },
             llama_args=args.llama_args,
             max_upstream_event_mb=args.max_upstream_event_mb,
+            state=args.state,
+            state_max_age=args.state_max_age,
+            state_max_mb=args.state_max_mb,
+            state_secret=args.state_secret,
         )
     except ConfigError as exc:
         return _fail(str(exc))

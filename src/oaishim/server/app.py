@@ -28,6 +28,7 @@ from oaishim.server.asgi import (
     Send,
     header,
     lifespan,
+    parse_json,
     read_body,
     scrubbing,
     send_error,
@@ -36,7 +37,8 @@ from oaishim.server.asgi import (
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import RecordingUpstream, recording_for
-from oaishim.server.seam import Upstream
+from oaishim.server.responses import ResponsesAPI
+from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.seam import header as response_header
 from oaishim.server.upstream import Upstreams
 from oaishim.transform.context import ResponseContext
@@ -61,7 +63,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "/v1/embeddings": "embeddings",
 }
 # The gateway's own routes and the one method each answers; another method gets 405.
-OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/models": "GET", "/health": "GET"}
+OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/models": "GET", "/health": "GET"}
 
 
 class Gateway:
@@ -78,14 +80,17 @@ class Gateway:
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).
         self.secrets = secret_needles([*settings.api_keys, *(route.upstream_api_key for route in settings.models)])
+        self.responses = ResponsesAPI(self)  # /v1/responses and its store
 
     # -- lifespan ----------------------------------------------------------------------------
     async def startup(self) -> None:
         if self.recording is not None:
             self.recording.start()
         await self.upstreams.start()
+        await self.responses.startup()
 
     async def shutdown(self) -> None:
+        await self.responses.shutdown()
         await self.upstreams.close()
         if self.recording is not None:
             self.recording.close()
@@ -163,6 +168,8 @@ class Gateway:
             raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
         if path in ENDPOINTS:
             await self._openai(ENDPOINTS[path], path, receive, send, upstream)
+        elif path == "/v1/responses" or path.startswith("/v1/responses/"):
+            await self.responses.serve(method, path, scope, receive, send, upstream)
         elif path == "/v1/models":
             await self._models(send)
         elif path.startswith("/v1/models/") and method == "GET":
@@ -175,21 +182,14 @@ class Gateway:
                 raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
             await self._passthrough(path, scope, receive, send, upstream)
 
-    async def _body(self, receive: Receive) -> bytes:
+    async def read_request_body(self, receive: Receive) -> bytes:
         try:
             return await read_body(receive, self.settings.max_body_bytes)
         except BodyTooLarge:
             raise too_large(self.settings.max_body_bytes) from None
 
-    async def _openai(self, endpoint: Endpoint, path: str, receive: Receive, send: Send, upstream: Upstream) -> None:
-        raw = await self._body(receive)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise bad_request(
-                "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
-                "HTTP library correctly. The OpenAI API expects a JSON payload.)"
-            ) from None
+    def model_route(self, body: Any) -> ModelRoute:
+        """The route for the body's ``model``; the official 404 or 400 when there is none."""
         model = body.get("model") if isinstance(body, dict) else None
         route = self.settings.route(model) if isinstance(model, str) else None
         if route is None:
@@ -198,6 +198,11 @@ class Gateway:
                     f"The model `{model}` does not exist or you do not have access to it.", code="model_not_found"
                 )
             raise bad_request("you must provide a model parameter", param="model")
+        return route
+
+    async def _openai(self, endpoint: Endpoint, path: str, receive: Receive, send: Send, upstream: Upstream) -> None:
+        body = parse_json(await self.read_request_body(receive))
+        route = self.model_route(body)
         # Validated once, before detection, which would reach the backend for a refused request
         client = validate(endpoint, body)
         profile = await self.profile_for(route)
@@ -221,6 +226,30 @@ class Gateway:
         extra: Headers,
         profile: Profile,
     ) -> None:
+        response = await self.open_upstream(upstream, route, path, prepared, ctx, send, extra, profile)
+        if response is None:
+            return
+        limit = self.settings.max_upstream_event_bytes
+        try:
+            if prepared.stream:
+                await relay.relay_stream(response, ctx, send, extra, limit)
+            else:
+                await relay.relay_plain(response, ctx, endpoint, send, extra, limit)
+        finally:
+            response.close()
+
+    async def open_upstream(
+        self,
+        upstream: Upstream,
+        route: ModelRoute,
+        path: str,
+        prepared: PreparedRequest,
+        ctx: ResponseContext,
+        send: Send,
+        extra: Headers,
+        profile: Profile,
+    ) -> UpstreamResponse | None:
+        """Send the prepared request; None when the client already has its error."""
         response = await upstream.open(route, "POST", path, orjson.dumps(prepared.body))
         refusal = profile.auto_tools_refusal
         parses_tools = ctx.repair is not None and ctx.repair.tools
@@ -234,18 +263,11 @@ class Gateway:
             if refusal.encode() not in raw:
                 error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
                 await send_error(send, error, [*extra, *retry_headers(response.headers)])
-                return
+                return None
             log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
             body = {**prepared.body, "tool_choice": "none"}
             response = await upstream.open(route, "POST", path, orjson.dumps(body))
-        limit = self.settings.max_upstream_event_bytes
-        try:
-            if prepared.stream:
-                await relay.relay_stream(response, ctx, send, extra, limit)
-            else:
-                await relay.relay_plain(response, ctx, endpoint, send, extra, limit)
-        finally:
-            response.close()
+        return response
 
     async def _names(self) -> list[str]:
         """The model names clients may use: the routes', and a wildcard backend's own."""
@@ -281,7 +303,7 @@ class Gateway:
     async def _passthrough(self, path: str, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         """A listed backend path (``/tokenize``, ``/version``, …), sent to the first model's backend with
         the gateway's upstream key: the answer's body as it is, its errors in the official shape."""
-        body = await self._body(receive)
+        body = await self.read_request_body(receive)
         query = quote_query(scope.get("query_string", b""))
         content_type = header(scope, b"content-type")
         response = await upstream.open(

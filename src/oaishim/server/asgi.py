@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from oaishim.capture.redact import scrub_bytes
-from oaishim.wire.errors import OpenAIError
+from oaishim.wire.errors import OpenAIError, bad_request
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -75,6 +75,17 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         parts.append(chunk)
         if not message.get("more_body", False):
             return b"".join(parts)
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON; the official 400 when it is not."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad_request(
+            "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+            "HTTP library correctly. The OpenAI API expects a JSON payload.)"
+        ) from None
 
 
 async def send_bytes(

@@ -87,6 +87,14 @@ class Settings:
     parallel: int | None = None  # None: llama.cpp's own choice (4 slots on one shared KV cache)
     llama_args: tuple[str, ...] = ()
     passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH  # "[METHOD] PATH[*]" entries (wire.paths.parse_rule)
+    # the response store behind /v1/responses (server.responses): a path, sqlite:…, postgresql://… or
+    # memory (None: responses.sqlite in the per-user state folder); how long a record is kept (None:
+    # for ever) and how large one may be; the HMAC key sealing encrypted_content (None: a random key
+    # kept in a 0600 file beside an SQLite store, a fresh one per process for memory)
+    state: str | None = None
+    state_max_age: float | None = 30 * 86400.0
+    state_max_bytes: int = 8 * 1024 * 1024
+    state_secret: str | None = None
 
     def route(self, model: str | None) -> ModelRoute | None:
         """The route for a client's model name; a single route serves any name."""
@@ -98,6 +106,16 @@ class Settings:
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}
+
+
+def default_state_path() -> Path:
+    """``$XDG_STATE_HOME/oaishim/responses.sqlite`` (``~/.local/state`` when the variable is unset)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "oaishim" / "responses.sqlite"
+
+
+def is_postgres(target: str) -> bool:
+    return target.strip().lower().startswith(("postgresql:", "postgres:"))
 
 
 def _env(name: str) -> str | None:
@@ -250,6 +268,10 @@ def build_settings(
     threads: int | None = None,
     parallel: int | None = None,
     llama_args: Sequence[str] = (),
+    state: str | None = None,
+    state_max_age: float | None = None,
+    state_max_mb: float | None = None,
+    state_secret: str | None = None,
 ) -> Settings:
     """Combine flags (None = not given), the environment and the config file into Settings."""
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
@@ -315,6 +337,21 @@ def build_settings(
         value = value if value is not None else data.get(key, _DEFAULTS[key])
         return None if value is None else _number(value, key, kind, low)
 
+    store = state or _env("STATE") or data.get("state")
+    if store is not None and (not isinstance(store, str) or not store.strip()):
+        raise ConfigError(f"state: expected a path, sqlite:…, postgresql://… or memory, got {store!r}")
+    secret = state_secret or _env("STATE_SECRET") or data.get("state_secret")
+    if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
+        raise ConfigError("state_secret: expected a string of at least 16 characters")
+    if store is not None and is_postgres(store) and secret is None:
+        # every replica must seal and open encrypted_content with one key: a key made up per
+        # process would refuse, on one replica, the reasoning another one sealed
+        raise ConfigError(
+            "state: a PostgreSQL store is shared by replicas, which must share the key that seals "
+            "encrypted_content: set --state-secret (OAISHIM_STATE_SECRET, state_secret) to the same value on each"
+        )
+    age = state_max_age if state_max_age is not None else _env("STATE_MAX_AGE")
+    age = age if age is not None else data.get("state_max_age", _DEFAULTS["state_max_age"])
     port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
     return Settings(
         models=routes,
@@ -349,6 +386,13 @@ def build_settings(
             else _env("MAX_UPSTREAM_EVENT_MB") or data.get("max_upstream_event_mb", 16),
             "max_upstream_event_mb",
         ),
+        state=store.strip() if store is not None else None,
+        state_max_age=_number(age, "state_max_age", float, 0) or None,  # 0: kept for ever
+        state_max_bytes=_megabytes(
+            state_max_mb if state_max_mb is not None else _env("STATE_MAX_MB") or data.get("state_max_mb", 8),
+            "state_max_mb",
+        ),
+        state_secret=secret,
     )
 
 

@@ -1,0 +1,371 @@
+"""The Responses API endpoints, generated from the backend's Chat Completions (never forwarded).
+
+* ``POST /v1/responses``: the request is mapped (``transform.responses``; ``previous_response_id``
+  resolved from the store), then takes the chat path: chat validation (the mapped request must
+  pass), the profile's rewrite, the upstream through the seam, and the stream pipe — so every chat
+  repair (``<think>`` split, tool calls from text, stops, end of turn) applies — with the Responses
+  encoder in place of the chat one; a plain answer goes through ``plain_answer`` and
+  ``chat_to_response``.
+* ``GET /v1/responses/{id}`` (``stream=true`` is refused), ``DELETE /v1/responses/{id}``,
+  ``GET /v1/responses/{id}/input_items`` (``after``/``before``/``limit``/``order``).
+
+Errors before a stream's first byte are the usual HTTP error body; once the SSE started, a failure
+is ``error`` then ``response.failed`` (the encoder's ``fail``).
+
+With ``store`` (the default) the record is written before the terminal event (or the plain body)
+is sent, so a client that continues at once finds it. The terminal event is held back for that:
+when the write fails, a plain request gets the store's OpenAI error (500, or 400 for a record over
+the size bound) and a stream ends in ``error`` + ``response.failed`` instead of
+``response.completed`` — the client was told the response is stored, and a completion whose
+continuation then fails with not-found would mislead it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+import orjson
+
+from oaishim.profiles._base import Profile
+from oaishim.server import relay
+from oaishim.server.asgi import Headers, Receive, Scope, Send, header, parse_json, send_error, send_json
+from oaishim.server.auth import KeyRing
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.recording import RecordingUpstream
+from oaishim.server.seam import Upstream, UpstreamResponse
+from oaishim.server.store import ResponseStore, tenant
+from oaishim.state import Record, StoreError
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.pipe import StreamPipe, plain_answer, upstream_too_large
+from oaishim.transform.plan import response_context
+from oaishim.transform.request import PreparedRequest, rewrite
+from oaishim.transform.responses import (
+    ResponsesRequestInfo,
+    ResponsesStreamEncoder,
+    chat_to_response,
+    frame,
+    new_id,
+    page,
+)
+from oaishim.transform.responses._check import check_request, unsupported
+from oaishim.transform.responses._info import failure_code
+from oaishim.transform.responses.history import turn_history
+from oaishim.transform.responses.request import responses_to_chat
+from oaishim.transform.upstream_errors import normalize_upstream_error
+from oaishim.transform.validate import validate
+from oaishim.wire.errors import OpenAIError, bad_request, not_found
+from oaishim.wire.headers import retry_headers
+
+
+class ChatHost(Protocol):
+    """What the endpoints need of the gateway that serves them (``server.app.Gateway``): its chat
+    path's pieces, so a Responses request takes exactly the way a chat request takes."""
+
+    settings: Settings
+    keys: KeyRing
+
+    async def read_request_body(self, receive: Receive) -> bytes: ...
+
+    def model_route(self, body: Any) -> ModelRoute: ...
+
+    async def profile_for(self, route: ModelRoute) -> Profile: ...
+
+    async def open_upstream(
+        self,
+        upstream: Upstream,
+        route: ModelRoute,
+        path: str,
+        prepared: PreparedRequest,
+        ctx: ResponseContext,
+        send: Send,
+        extra: Headers,
+        profile: Profile,
+    ) -> UpstreamResponse | None: ...
+
+
+log = logging.getLogger("oaishim.responses")
+CHAT_PATH = "/v1/chat/completions"
+
+
+def _not_found(response_id: str) -> OpenAIError:
+    return not_found(f"No response found with id '{response_id}'.", param="response_id", code="response_not_found")
+
+
+def _previous_not_found(response_id: str) -> OpenAIError:
+    return bad_request(
+        f"Previous response with id '{response_id}' not found.", "previous_response_id", "previous_response_not_found"
+    )
+
+
+class _HeldTerminal:
+    """The Responses encoder with its terminal event held back: ``terminal`` keeps it until the
+    record is stored, everything before it passes at once."""
+
+    __slots__ = ("inner", "terminal")
+
+    def __init__(self, inner: ResponsesStreamEncoder) -> None:
+        self.inner = inner
+        self.terminal = b""
+
+    def _hold(self, frames: list[bytes]) -> list[bytes]:
+        if self.inner.ended and frames and not self.terminal:
+            self.terminal = frames[-1]  # once ended the encoder says nothing more: this is the last
+            return frames[:-1]
+        return frames
+
+    def feed(self, chunk: Any) -> list[bytes]:
+        return self._hold(self.inner.feed(chunk))  # a chunk it cannot read fails the stream in there
+
+    def fail(self, error: OpenAIError) -> list[bytes]:
+        return self._hold(self.inner.fail(error))
+
+    def end(self) -> list[bytes]:
+        return self._hold(self.inner.end())
+
+
+def _failed_instead(terminal: bytes, error: OpenAIError) -> bytes:
+    """``error`` + ``response.failed`` in place of a held terminal event, numbered where it stood."""
+    event = orjson.loads(terminal.split(b"\ndata: ", 1)[1])
+    seq = int(event["sequence_number"])
+    code = failure_code(error)
+    response = {**event["response"], "status": "failed", "completed_at": None, "incomplete_details": None}
+    response["error"] = {"code": code, "message": error.message}
+    return frame(
+        {"type": "error", "sequence_number": seq, "code": code, "message": error.message, "param": error.param}
+    ) + frame({"type": "response.failed", "sequence_number": seq + 1, "response": response})
+
+
+class ResponsesAPI:
+    """The four endpoints of one gateway, and its store."""
+
+    def __init__(self, gateway: ChatHost) -> None:
+        self.gateway = gateway
+        self.settings = gateway.settings
+        routes = [route.upstream_api_key for route in self.settings.models]
+        self.state = ResponseStore(self.settings, (*self.settings.api_keys, *routes))
+
+    async def startup(self) -> None:
+        await self.state.startup()
+
+    async def shutdown(self) -> None:
+        await self.state.shutdown()
+
+    def _tenant(self, scope: Scope) -> str:
+        keys = self.gateway.keys
+        return tenant(keys.presented(header(scope, b"authorization"), header(scope, b"api-key")), keys.enabled)
+
+    def _key(self) -> bytes:
+        try:
+            return self.state.key()
+        except OSError as exc:
+            log.error("cannot read or create the encrypted_content key beside %s: %s", self.state.target, exc)
+            raise OpenAIError(500, "The response store is unavailable; please retry.", "server_error") from None
+
+    # -- routing -------------------------------------------------------------------------------
+    async def serve(
+        self, method: str, path: str, scope: Scope, receive: Receive, send: Send, upstream: Upstream
+    ) -> None:
+        if path == "/v1/responses":
+            await self._create(scope, receive, send, upstream)  # the gateway answered other methods 405
+            return
+        parts = path.removeprefix("/v1/responses/").split("/")
+        allowed = {1: ("GET", "DELETE"), 2: ("GET",)}.get(len(parts), ())
+        if not parts[0] or (len(parts) == 2 and parts[1] != "input_items") or not allowed:
+            raise not_found(f"Invalid URL ({method} {path})")
+        if method not in allowed:
+            raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
+        await self.gateway.read_request_body(receive)  # a body is read (and bounded) even where none is expected
+        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
+        owner = self._tenant(scope)
+        if len(parts) == 2:
+            await self._input_items(parts[0], owner, query, send)
+        elif method == "DELETE":
+            if not await self._store_call(self.state.open().delete(parts[0], owner)):
+                raise _not_found(parts[0])
+            await send_json(send, 200, {"id": parts[0], "object": "response.deleted", "deleted": True})
+        else:
+            if query.get("stream", "false").lower() not in ("false", "0"):
+                raise unsupported("stream", "streaming a stored response again is not available on this server")
+            record = await self._store_call(self.state.open().get(parts[0], owner))
+            if record is None:
+                raise _not_found(parts[0])
+            await send_json(send, 200, record.response)
+
+    async def _input_items(self, response_id: str, owner: str, query: dict[str, str], send: Send) -> None:
+        record = await self._store_call(self.state.open().get(response_id, owner))
+        if record is None:
+            raise _not_found(response_id)
+        listing = page(
+            record.input_items,
+            after=query.get("after"),
+            before=query.get("before"),
+            limit=query.get("limit"),
+            order=query.get("order"),
+        )
+        await send_json(send, 200, listing)
+
+    @staticmethod
+    async def _store_call(call: Any) -> Any:
+        try:
+            return await call
+        except StoreError as error:
+            log.error("response store: %s", error)
+            raise error.openai() from None
+
+    # -- POST /v1/responses ----------------------------------------------------------------------
+    async def _create(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
+        gateway = self.gateway
+        body = parse_json(await gateway._body(receive))
+        check_request(body)  # the official refusals first, before the store or the backend is asked
+        route = gateway.model_route(body)
+        owner = self._tenant(scope)
+        history: list[Any] = []
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            found = await self._store_call(self.state.open().history(previous, owner))
+            if found is None:
+                raise _previous_not_found(previous)
+            history = found
+        key = self._key()
+        chat, info = responses_to_chat(body, key=key, history=history)
+        client = validate("chat", chat)  # the mapped request passes what a chat request must
+        profile = await gateway.profile_for(route)
+        prepared = rewrite("chat", client, profile, upstream_model=route.upstream_model)
+        ctx = response_context("chat", prepared, self.settings, profile.display_markup)
+        # The encoder reads reasoning from reasoning_content whatever the chat setting says.
+        ctx = replace(ctx, reasoning_field="reasoning_content", keep_extensions=False, context_param="input")
+        extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
+        if isinstance(upstream, RecordingUpstream):
+            upstream.recorder.raw.profile = profile.name
+        turn = _Turn(self, owner, key, info, chat["messages"], history)
+
+        async def work() -> None:
+            response = await gateway.open_upstream(upstream, route, CHAT_PATH, prepared, ctx, send, extra, profile)
+            if response is None:
+                return
+            try:
+                if info.stream:
+                    await turn.stream(response, ctx, send, extra)
+                else:
+                    await turn.plain(response, ctx, send, extra)
+            finally:
+                response.close()
+
+        await relay.watching_client(receive, work())
+
+
+class _Turn:
+    """One ``POST /v1/responses``: its id, the pieces its record is made of, the two ways to answer."""
+
+    def __init__(
+        self,
+        api: ResponsesAPI,
+        owner: str,
+        key: bytes,
+        info: ResponsesRequestInfo,
+        messages: list[dict[str, Any]],
+        history: list[Any],
+    ) -> None:
+        self.api, self.owner, self.key, self.info = api, owner, key, info
+        self.messages, self.history = messages, history
+        self.id = new_id("resp")
+        self.created_at = int(time.time())
+        self.limit = api.settings.max_upstream_event_bytes
+
+    async def _keep(self, response: dict[str, Any]) -> None:
+        """Store the response (when asked) before the client hears it is done; StoreError when not."""
+        if not self.info.store:
+            return
+        record = Record(
+            id=self.id,
+            tenant=self.owner,
+            created_at=int(response.get("created_at") or self.created_at),
+            model=self.info.model,
+            response=response,
+            input_items=self.info.input_items,
+            history=turn_history(self.messages, self.info, self.history, response),
+            previous_response_id=self.info.previous_response_id,
+        )
+        try:
+            await self.api.state.open().put(record)
+        except StoreError:
+            log.exception("response %s: storing it failed", self.id)
+            raise
+
+    async def plain(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
+        try:
+            raw = await relay.read_all(response, self.limit)
+        except OpenAIError as error:
+            response.close()
+            await send_error(send, error, extra)
+            return
+        try:
+            completion = plain_answer("chat", response.status, raw, ctx)
+            body = chat_to_response(
+                completion, self.info, response_id=self.id, created_at=self.created_at, key=self.key
+            )
+        except OpenAIError as error:
+            retry = retry_headers(response.headers) if response.status >= 400 else []
+            await send_error(send, error, [*extra, *retry])
+            return
+        except Exception:
+            log.exception("response %s (model %s): failed to relay the upstream body", self.id, ctx.model)
+            failure = OpenAIError(
+                502, f"The gateway failed to relay the upstream's answer ({self.id}).", "server_error"
+            )
+            await send_error(send, failure, extra)
+            return
+        try:
+            await self._keep(body)
+        except StoreError as error:
+            await send_error(send, error.openai(), extra)
+            return
+        await send_json(send, 200, body, extra)
+
+    async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
+        if response.status >= 400:
+            try:
+                raw = await relay.read_all(response, self.limit)
+                error = normalize_upstream_error(response.status, raw, context_param=ctx.context_param)
+            except OpenAIError as failure:
+                response.close()
+                error = failure
+            await send_error(send, error, [*extra, *retry_headers(response.headers)])
+            return
+        encoder = ResponsesStreamEncoder(self.info, response_id=self.id, created_at=self.created_at, key=self.key)
+        held = _HeldTerminal(encoder)
+        pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=self.limit, encoder=held)
+        await send({"type": "http.response.start", "status": 200, "headers": [*relay.SSE_HEADERS, *extra]})
+        await send({"type": "http.response.body", "body": b"".join(encoder.start()), "more_body": True})
+        tail = b""
+        try:
+            if (response.content_length or 0) > self.limit:
+                tail = pipe.fail(upstream_too_large(self.limit, "a body"))
+            else:
+                async for piece in response.pieces():
+                    out = pipe.feed(piece)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    if pipe.close_upstream:
+                        break
+                tail = pipe.flush()
+        except OpenAIError as error:  # the upstream broke, went silent or passed its deadline
+            tail = pipe.fail(error)
+        except Exception:
+            log.exception("stream %s (model %s): failed while relaying the upstream stream", self.id, ctx.model)
+            tail = pipe.fail(
+                OpenAIError(502, f"The gateway failed to relay the upstream's answer ({self.id}).", "server_error")
+            )
+        finally:
+            response.close()  # the backend is done (or stops now); only the store write remains
+        terminal = held.terminal
+        try:
+            await self._keep(encoder.response)
+        except StoreError as error:
+            if b"response.failed" not in terminal.split(b"\n", 1)[0]:
+                terminal = _failed_instead(terminal, error.openai())
+        await send({"type": "http.response.body", "body": tail + terminal, "more_body": False})
