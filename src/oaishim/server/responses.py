@@ -219,7 +219,7 @@ class ResponsesAPI:
     # -- POST /v1/responses ----------------------------------------------------------------------
     async def _create(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         gateway = self.gateway
-        body = parse_json(await gateway._body(receive))
+        body = parse_json(await gateway.read_request_body(receive))
         check_request(body)  # the official refusals first, before the store or the backend is asked
         route = gateway.model_route(body)
         owner = self._tenant(scope)
