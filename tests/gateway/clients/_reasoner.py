@@ -6,6 +6,7 @@ It is :class:`_trt.TrtSim` (trtllm-serve 1.3.0rc6: ``extra="forbid"`` on the req
 
 * no ``--tool_parser`` either: the model's ``<tool_call>`` is left as text in ``content`` (beside the
   ``<think>`` block that no ``--reasoning_parser`` splits), with ``finish_reason: "stop"``;
+* ``/v1/models`` answers with TensorRT-LLM's one card (T-26), so ``--profile auto`` can identify it;
 * a "model" written for any client, not one agent's prompt. Its policy is keyed on the *ask*: the last
   user message that names an offered tool as ``use the NAME tool`` (case-insensitive). When tools are
   offered and there is no tool result after the ask, it calls that tool; once there is one, it answers
@@ -24,6 +25,7 @@ import json
 import re
 from typing import Any
 
+from _servers import Canned, Seen
 from _trt import Reply, TrtSim, _text, think
 
 REASONING = "The user wants {what}. I will {how}."
@@ -65,6 +67,13 @@ def _object(schema: dict[str, Any], ask: str, every: bool = True) -> dict[str, A
 
 class Reasoner(TrtSim):
     """trtllm-serve 1.3.0rc6 with neither a reasoning nor a tool parser (see the module docstring)."""
+
+    def _answer(self, seen: Seen) -> Canned:
+        if seen.method == "GET" and seen.path == "/v1/models":
+            # T-26: one card, owned_by "tensorrt_llm" (what ``--profile auto`` identifies the backend by)
+            card = {"id": "Qwen3-32B-NVFP4", "object": "model", "created": 1772100000, "owned_by": "tensorrt_llm"}
+            return Canned(json.dumps({"object": "list", "data": [card]}).encode())
+        return super()._answer(seen)
 
     def render(self, messages: list[dict[str, Any]]) -> list[dict[str, str]]:
         rendered = super().render(messages)
