@@ -15,30 +15,39 @@ profile = "vllm"                     # or "auto"
 from __future__ import annotations
 
 import os
-import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oaishim.capture.redact import parse_path
-from oaishim.engine.tokens import load_special_tokens
-from oaishim.profiles import get_profile
+from oaishim.server.knobs import (
+    DEFAULT_PASSTHROUGH,
+    KNOBS,
+    REASONING_FIELDS,
+    ConfigError,
+    _env,
+    _keys,
+    _profile,
+    is_postgres,
+    upstream_url,
+)
 from oaishim.transform.context import ReasoningField
 from oaishim.transform.special import SpecialTokens
-from oaishim.wire.paths import parse_rule
 
-REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning", "both", "drop")
-# Backend paths a client may reach through the gateway besides the OpenAI endpoints: read-only ones.
-# Admin routes (vLLM /v1/load_lora_adapter, /sleep; SGLang /flush_cache, …) stay out unless listed.
-DEFAULT_PASSTHROUGH = ("POST /tokenize", "POST /detokenize", "GET /version")
-# The paths the gateway answers itself: no pass-through rule may cover them.
-GATEWAY_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses", "/health")
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message says which and why."""
+__all__ = [
+    "DEFAULT_PASSTHROUGH",
+    "KNOBS",
+    "REASONING_FIELDS",
+    "ConfigError",
+    "ModelRoute",
+    "Settings",
+    "build_settings",
+    "default_state_path",
+    "is_postgres",
+    "load_file",
+    "upstream_url",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,91 +114,10 @@ class Settings:
         return next((route for route in self.models if route.name == "*"), None)
 
 
-_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}
-
-
 def default_state_path() -> Path:
     """``$XDG_STATE_HOME/oaishim/responses.sqlite`` (``~/.local/state`` when the variable is unset)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "oaishim" / "responses.sqlite"
-
-
-def is_postgres(target: str) -> bool:
-    return target.strip().lower().startswith(("postgresql:", "postgres:"))
-
-
-def _env(name: str) -> str | None:
-    value = os.environ.get("OAISHIM_" + name)
-    return value if value not in (None, "") else None
-
-
-def _bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name}: expected a boolean, got {value!r}")
-
-
-def _number(value: Any, name: str, kind: type[int] | type[float], low: float, high: float = float("inf")) -> Any:
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
-    if isinstance(value, bool) or not low <= number <= high:
-        raise ConfigError(f"{name}: {value!r} is out of range")
-    return number
-
-
-def upstream_url(value: Any, name: str) -> str:
-    """An upstream's base URL as configured (http or https, no trailing slash); ``name`` says where it was given."""
-    url = value.strip().rstrip("/") if isinstance(value, str) else ""
-    if not url.startswith(("http://", "https://")) or not url.partition("://")[2]:
-        raise ConfigError(f"{name}: {value!r} is not an http:// or https:// URL")
-    return url
-
-
-def _profile(value: Any, name: str) -> str:
-    if value == "auto":
-        return "auto"
-    try:
-        get_profile(str(value))
-    except KeyError as exc:
-        raise ConfigError(f"{name}: {exc.args[0]}") from None
-    return str(value)
-
-
-def _keys(value: Any, name: str) -> tuple[str, ...]:
-    """A list of keys, or one comma-separated string (never a string's characters)."""
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
-        raise ConfigError(f"{name}: expected a list of strings, got {value!r}")
-    return tuple(k.strip() for k in value if k.strip())
-
-
-def _passthrough(value: Any) -> tuple[str, ...]:
-    """Pass-through entries from flags, a comma-separated variable or a list; "none" lists none."""
-    entries = _keys(value, "passthrough")
-    if [e.lower() for e in entries] == ["none"]:
-        return ()
-    for entry in entries:
-        try:
-            rule = parse_rule(entry)
-        except ValueError as exc:
-            raise ConfigError(f"passthrough: {exc}") from None
-        own = [path for path in GATEWAY_PATHS if rule.matches_path(path) or path_under(rule.path, path)]
-        if own:
-            # such a rule is dead for the endpoint itself, and would send its odd spellings
-            # (a trailing "/") to the backend without validation
-            raise ConfigError(f"passthrough: {entry!r} covers the gateway's own {own[0]}; list backend paths only")
-    return entries
-
-
-def path_under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def load_file(path: Path) -> dict[str, Any]:
@@ -242,107 +170,32 @@ def build_settings(
     served_model_name: str | None = None,
     api_keys: Sequence[str] = (),
     upstream_api_key: str | None = None,
-    host: str | None = None,
-    port: int | None = None,
     config: Path | None = None,
-    keep_extensions: bool | None = None,
-    reasoning_field: str | None = None,
-    text_repair: bool | None = None,
-    thinking_open: bool | None = None,
-    special_tokens: Path | None = None,
-    display_cleanup: bool | None = None,
-    capture: Path | None = None,
-    capture_redact: Sequence[str] = (),
-    passthrough: Sequence[str] = (),
-    max_body_bytes: int | None = None,
-    header_timeout: float | None = None,
-    body_timeout: float | None = None,
-    max_header_bytes: int | None = None,
-    max_connections: int | None = None,
-    connect_timeout: float | None = None,
-    first_byte_timeout: float | None = None,
-    idle_timeout: float | None = None,
-    total_timeout: float | None = None,
-    max_upstream_event_mb: float | None = None,
-    ctx_size: int | None = None,
-    threads: int | None = None,
-    parallel: int | None = None,
-    llama_args: Sequence[str] = (),
-    state: str | None = None,
-    state_max_age: float | None = None,
-    state_max_mb: float | None = None,
-    state_secret: str | None = None,
+    **flags: Any,
 ) -> Settings:
-    """Combine flags (None = not given), the environment and the config file into Settings."""
+    """Combine flags, the environment and the config file into Settings.
+
+    ``flags`` are the settings of :data:`KNOBS`, by key (``idle_timeout=120``); a flag that is None
+    or empty was not given. Each knob is read from its flag, else ``OAISHIM_<KEY>``, else the file's
+    ``key``, else left at the Settings default, and parsed by the knob's own parser (which says what
+    is wrong, naming the key). The upstream, its routes and the keys are read here, by hand: they
+    combine several settings into one."""
+    unknown = sorted(set(flags) - set(KNOBS))
+    if unknown:
+        raise TypeError(f"build_settings() got unknown settings: {', '.join(unknown)}")
     file_path = config or (Path(p) if (p := _env("CONFIG")) else None)
     data = load_file(file_path) if file_path else {}
-    upstream = upstream or _env("UPSTREAM") or data.get("upstream")
-    routes = _routes(data["models"]) if "models" in data else ()
-    if upstream:
-        name = served_model_name or _env("SERVED_MODEL_NAME") or data.get("served_model_name") or "*"
-        urls = upstream.split(",") if isinstance(upstream, str) else upstream
-        if not isinstance(urls, list):
-            raise ConfigError(f"upstream: expected a URL or a list of URLs, got {upstream!r}")
-        route = ModelRoute(
-            name=name,
-            upstreams=tuple(upstream_url(u, "upstream") for u in urls),
-            profile=_profile(profile or _env("PROFILE") or data.get("profile", "auto"), "profile"),
-            upstream_api_key=upstream_api_key or _env("UPSTREAM_API_KEY") or data.get("upstream_api_key"),
-        )
-        routes = (route, *[r for r in routes if r.name != name])
+    values: dict[str, Any] = {}
+    for key, knob in KNOBS.items():
+        raw = _given(flags.get(key))
+        raw = raw if raw is not None else _env(key.upper())
+        raw = raw if raw is not None else data.get(key)
+        if raw is not None:
+            values[knob.field or key] = knob.parse(raw, key)
+    values["models"] = _models(data, upstream, profile, served_model_name, upstream_api_key)
     keys = tuple(api_keys) or _keys(_env("API_KEYS") or _env("API_KEY") or "", "OAISHIM_API_KEYS")
-    keys = keys or _keys(data.get("api_keys", []), "api_keys")
-    field_name = reasoning_field or _env("REASONING_FIELD") or data.get("reasoning_field", "reasoning_content")
-    if field_name not in REASONING_FIELDS:
-        raise ConfigError(f"reasoning_field: {field_name!r} is not one of {', '.join(REASONING_FIELDS)}")
-    keep = (
-        keep_extensions
-        if keep_extensions is not None
-        else _bool(_env("KEEP_EXTENSIONS") or data.get("keep_extensions", False), "keep_extensions")
-    )
-    repair = (
-        text_repair
-        if text_repair is not None
-        else _bool(_env("TEXT_REPAIR") or data.get("text_repair", True), "text_repair")
-    )
-    opened = (
-        thinking_open
-        if thinking_open is not None
-        else _bool(_env("THINKING_OPEN") or data.get("thinking_open", False), "thinking_open")
-    )
-    tokens_path = special_tokens or (Path(p) if (p := _env("SPECIAL_TOKENS") or data.get("special_tokens")) else None)
-    tokens = None
-    if tokens_path is not None:
-        try:
-            tokens = load_special_tokens(Path(tokens_path))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"special_tokens: cannot load {tokens_path}: {exc}") from exc
-    cleanup = (
-        display_cleanup
-        if display_cleanup is not None
-        else _bool(_env("DISPLAY_CLEANUP") or data.get("display_cleanup", False), "display_cleanup")
-    )
-    capture_dir = capture or (Path(p) if (p := _env("CAPTURE") or data.get("capture")) else None)
-    redact = tuple(capture_redact) or _keys(_env("CAPTURE_REDACT") or data.get("capture_redact", []), "capture_redact")
-    for path in redact:
-        try:
-            parse_path(path)
-        except ValueError as exc:
-            raise ConfigError(f"capture_redact: {exc}") from None
-    passing = _passthrough(passthrough or _env("PASSTHROUGH") or data.get("passthrough", DEFAULT_PASSTHROUGH))
-
-    def number(flag: float | None, key: str, kind: type[int] | type[float], low: float) -> Any:
-        """A flag, else OAISHIM_<KEY>, else the file's ``key``, else the default in Settings."""
-        value = flag if flag is not None else _env(key.upper())
-        value = value if value is not None else data.get(key, _DEFAULTS[key])
-        return None if value is None else _number(value, key, kind, low)
-
-    store = state or _env("STATE") or data.get("state")
-    if store is not None and (not isinstance(store, str) or not store.strip()):
-        raise ConfigError(f"state: expected a path, sqlite:…, postgresql://… or memory, got {store!r}")
-    secret = state_secret or _env("STATE_SECRET") or data.get("state_secret")
-    if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
-        raise ConfigError("state_secret: expected a string of at least 16 characters")
+    values["api_keys"] = keys or _keys(data.get("api_keys", []), "api_keys")
+    store, secret = values.get("state"), values.get("state_secret")
     if store is not None and is_postgres(store) and secret is None:
         # every replica must seal and open encrypted_content with one key: a key made up per
         # process would refuse, on one replica, the reasoning another one sealed
@@ -350,61 +203,34 @@ def build_settings(
             "state: a PostgreSQL store is shared by replicas, which must share the key that seals "
             "encrypted_content: set --state-secret (OAISHIM_STATE_SECRET, state_secret) to the same value on each"
         )
-    age = state_max_age if state_max_age is not None else _env("STATE_MAX_AGE")
-    age = age if age is not None else data.get("state_max_age", _DEFAULTS["state_max_age"])
-    port_value = _number(port if port is not None else _env("PORT") or data.get("port", 8000), "port", int, 0, 65535)
-    return Settings(
-        models=routes,
-        host=host or _env("HOST") or data.get("host", "127.0.0.1"),
-        port=port_value,
-        api_keys=keys,
-        keep_extensions=keep,
-        reasoning_field=field_name,
-        text_repair=repair,
-        thinking_open=opened,
-        special_tokens=tokens,
-        display_cleanup=cleanup,
-        max_body_bytes=number(max_body_bytes, "max_body_bytes", int, 1),
-        header_timeout=number(header_timeout, "header_timeout", float, 1e-3),
-        body_timeout=number(body_timeout, "body_timeout", float, 1e-3),
-        max_header_bytes=number(max_header_bytes, "max_header_bytes", int, 256),
-        max_connections=number(max_connections, "max_connections", int, 0) or None,  # 0: no bound
-        connect_timeout=number(connect_timeout, "connect_timeout", float, 1e-3),
-        first_byte_timeout=number(first_byte_timeout, "first_byte_timeout", float, 1e-3),
-        idle_timeout=number(idle_timeout, "idle_timeout", float, 1e-3),
-        total_timeout=number(total_timeout, "total_timeout", float, 0) or None,  # 0: no deadline
-        capture_dir=capture_dir,
-        capture_redact=redact,
-        passthrough=passing,
-        ctx_size=number(ctx_size, "ctx_size", int, 0) or None,  # 0: the model's own
-        threads=number(threads, "threads", int, 1),
-        parallel=number(parallel, "parallel", int, 1),
-        llama_args=_arguments(llama_args or _env("LLAMA_ARGS") or data.get("llama_args", ())),
-        max_upstream_event_bytes=_megabytes(
-            max_upstream_event_mb
-            if max_upstream_event_mb is not None
-            else _env("MAX_UPSTREAM_EVENT_MB") or data.get("max_upstream_event_mb", 16),
-            "max_upstream_event_mb",
-        ),
-        state=store.strip() if store is not None else None,
-        state_max_age=_number(age, "state_max_age", float, 0) or None,  # 0: kept for ever
-        state_max_bytes=_megabytes(
-            state_max_mb if state_max_mb is not None else _env("STATE_MAX_MB") or data.get("state_max_mb", 8),
-            "state_max_mb",
-        ),
-        state_secret=secret,
+    return Settings(**values)
+
+
+def _given(flag: Any) -> Any:
+    """A flag's value, or None when it was not given (None, an empty string or list)."""
+    return None if flag is None or (isinstance(flag, (str, list, tuple)) and not flag) else flag
+
+
+def _models(
+    data: Mapping[str, Any],
+    upstream: str | None,
+    profile: str | None,
+    served_model_name: str | None,
+    upstream_api_key: str | None,
+) -> tuple[ModelRoute, ...]:
+    """The file's ``models``, with the one ``upstream`` (flag, variable or file) first."""
+    upstream = upstream or _env("UPSTREAM") or data.get("upstream")
+    routes = _routes(data["models"]) if "models" in data else ()
+    if not upstream:
+        return routes
+    name = served_model_name or _env("SERVED_MODEL_NAME") or data.get("served_model_name") or "*"
+    urls = upstream.split(",") if isinstance(upstream, str) else upstream
+    if not isinstance(urls, list):
+        raise ConfigError(f"upstream: expected a URL or a list of URLs, got {upstream!r}")
+    route = ModelRoute(
+        name=name,
+        upstreams=tuple(upstream_url(u, "upstream") for u in urls),
+        profile=_profile(profile or _env("PROFILE") or data.get("profile", "auto"), "profile"),
+        upstream_api_key=upstream_api_key or _env("UPSTREAM_API_KEY") or data.get("upstream_api_key"),
     )
-
-
-def _arguments(value: Any) -> tuple[str, ...]:
-    """llama-server arguments: a list, or one string split as a shell would (``--flash-attn on -b 512``)."""
-    if isinstance(value, str):
-        return tuple(shlex.split(value))
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ConfigError(f"llama_args: expected a string or a list of strings, got {value!r}")
-
-
-def _megabytes(value: Any, name: str) -> int:
-    """A size in MiB (fractions allowed) as bytes."""
-    return max(1, int(_number(value, name, float, 1e-6) * 1024 * 1024))
+    return (route, *[r for r in routes if r.name != name])
