@@ -129,14 +129,35 @@ def test_the_gateway_scores_100_percent(probed: Probed) -> None:
     assert failing == []
     assert side["score"]["total"]["percent"] == 100.0 and side["score"]["total"]["run"] >= 100
     assert all(e["percent"] == 100.0 for e in side["score"]["by_endpoint"].values())
-    assert set(side["score"]["by_endpoint"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models"}
+    assert set(side["score"]["by_endpoint"]) == {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/models",
+        "/v1/responses",
+        "/v1/responses/{id}",
+    }
     assert side["counts"]["error"] == side["counts"]["warning"] == 0
     assert probed.code == 0
     # everything was exercised: steering worked, no case skipped, no check that could not tell
     assert side["steering"]["text"] == "gbnf" and side["steering"]["tool_call"] == "recipe"
     assert side["steering"]["bias_token"] is not None
     assert all(c["outcome"] == "pass" for c in side["cases"])
-    assert [ch["id"] for c in side["cases"] for ch in c["checks"] if ch["outcome"] == "skip"] == []
+    # Only on /v1/responses may a check not tell: the gateway refuses grammar there (an unknown
+    # parameter, as at OpenAI), llama.cpp does not enforce tool_choice "required" on this model, and
+    # applies the JSON grammar only after the <think> block the template opens.
+    skipped = [(c["id"], ch["id"]) for c in side["cases"] for ch in c["checks"] if ch["outcome"] == "skip"]
+    assert [s for s in skipped if not s[0].startswith("responses.")] == []
+
+
+def test_every_responses_case_passes_through_the_gateway(probed: Probed) -> None:
+    """The gateway's /v1/responses has no error-level finding; llama-server's own is beside it."""
+    gateway, raw = probed.side("A"), probed.side("B")
+    cases = [c for c in gateway["cases"] if c["id"].startswith("responses.")]
+    assert len(cases) == 7 and all(c["outcome"] == "pass" for c in cases)
+    assert [f for f in gateway["findings"] if f["case"].startswith("responses.") and f["severity"] == "error"] == []
+    raw_errors = [f for f in raw["findings"] if f["case"].startswith("responses.") and f["severity"] == "error"]
+    assert raw_errors  # llama-server's own /v1/responses: the schema, item events, errors without param
+    print(f"responses.* error-level findings: gateway 0, raw llama-server {len(raw_errors)}")
 
 
 @pytest.mark.parametrize(("row", "case", "rule", "path"), DOCUMENTED, ids=[d[0] for d in DOCUMENTED])

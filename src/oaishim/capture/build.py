@@ -20,7 +20,7 @@ from oaishim.capture.timeline import first_token_ms, is_stream, iter_timed_event
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.wire.sse import encode_event
 
-CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
+CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses")
 
 
 def new_id(started: float) -> str:
@@ -114,11 +114,21 @@ def _timings(record: Mapping[str, Any], raw: RawExchange) -> dict[str, float | N
     }
 
 
+def _checked(path: str) -> bool:
+    """The checker's paths, and a stored response read back (``/v1/responses/{id}``, not its
+    ``/input_items`` list, which is no response object)."""
+    if path.endswith(CHECKED_PATHS):
+        return True
+    parts = path.rstrip("/").split("/")
+    return len(parts) == 4 and parts[1:3] == ["v1", "responses"]
+
+
 def findings_of(
     request: Mapping[str, Any] | None, response: Mapping[str, Any] | None, options: CheckOptions | None = None
 ) -> list[dict[str, Any]]:
     """The checker's findings for one side of a stored exchange ([] for paths it does not know)."""
-    if not request or not response or not path_of(str(request.get("target", ""))).endswith(CHECKED_PATHS):
+    path = path_of(str(request.get("target", ""))) if request else ""
+    if not request or not response or not _checked(path):
         return []
     content_type = header_value(response, "content-type")
     exchange = exchange_from_bytes(
@@ -126,6 +136,7 @@ def findings_of(
         request=request_json(request),
         status=response.get("status"),
         headers={"content-type": content_type} if content_type else None,
+        path=path,  # a Responses error body or stored-response GET says nothing of its endpoint itself
     )
     try:
         return [f.as_dict() for f in check(exchange, options)]

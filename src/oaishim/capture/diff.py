@@ -7,7 +7,8 @@ What is compared, in this order, each a kind the user can ignore:
 * ``fields`` — the set of JSON paths present (``$.choices[*].delta.content``), over every chunk of
   a stream: a field that appeared or disappeared is what breaks clients after an upgrade;
 * ``text`` — each choice's final text (content, reasoning, tool-call names and arguments);
-* ``finish_reason`` — each choice's;
+* ``finish_reason`` — each choice's (a Responses answer: its terminal ``status``, its text the
+  output items' texts and calls, read from ``response.completed`` for a stream);
 * ``findings`` — the checker's rule ids, counted.
 """
 
@@ -71,6 +72,21 @@ def _choice_text(choice: Mapping[str, Any]) -> str:
     return text
 
 
+def _response_text(response: Mapping[str, Any]) -> str:
+    """A Responses answer's text: its output items' texts (message, reasoning) and calls, in order."""
+    out: list[str] = []
+    for item in response.get("output") or []:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") in ("function_call", "custom_tool_call"):
+            out.append(f"\n{item.get('name')}({item.get('arguments', item.get('input'))})")
+            continue
+        for part in item.get("content") or []:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                out.append(part["text"])
+    return "".join(out)
+
+
 def observe(
     request: Mapping[str, Any], response: Mapping[str, Any], findings: Iterable[Mapping[str, Any]] | None = None
 ) -> Observed:
@@ -92,6 +108,8 @@ def observe(
             index = choice.get("index", position)
             texts[index] = _choice_text(choice)
             finish[index] = choice.get("finish_reason")
+    if isinstance(final, Mapping) and final.get("object") == "response":
+        texts[0], finish[0] = _response_text(final), final.get("status")
     found = findings if findings is not None else findings_of(request, response)
     rules = Counter(str(f.get("rule")) for f in found)
     return Observed(response.get("status"), stream, frozenset(fields), texts, finish, rules)

@@ -73,10 +73,25 @@ def _choice_text(choice: Mapping[str, Any]) -> str:
     return legacy if isinstance(legacy, str) else ""
 
 
+_RESPONSES_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+def _responses_delta(chunk: Mapping[str, Any]) -> str | None:
+    """The text a Responses event adds (``response.*.delta``), None for other events."""
+    kind = chunk.get("type")
+    if isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta"):
+        delta = chunk.get("delta")
+        return delta if isinstance(delta, str) else None
+    return None
+
+
 def carries_token(chunk: Any) -> bool:
-    """Whether a stream chunk carries generated text (content, reasoning, a tool call, legacy text)."""
+    """Whether a stream chunk carries generated text (content, reasoning, a tool call, legacy text;
+    a Responses ``*.delta`` event)."""
     if not isinstance(chunk, Mapping):
         return False
+    if "type" in chunk and "choices" not in chunk:
+        return bool(_responses_delta(chunk))
     choices = chunk.get("choices")
     return any(isinstance(c, Mapping) and _choice_text(c) for c in choices or [] if isinstance(choices, list))
 
@@ -93,6 +108,8 @@ def describe(event: TimedEvent) -> str:
     chunk = event.json()
     if not isinstance(chunk, Mapping):
         return "(not JSON) " + event.event.data[:80]
+    if isinstance(chunk.get("type"), str) and "choices" not in chunk:
+        return _describe_responses(chunk)
     if "error" in chunk and "choices" not in chunk:
         return "error " + orjson.dumps(chunk["error"]).decode()[:100]
     parts: list[str] = []
@@ -115,8 +132,28 @@ def describe(event: TimedEvent) -> str:
     return "; ".join(parts) or "(no choices)"
 
 
+def _describe_responses(chunk: Mapping[str, Any]) -> str:
+    """A Responses event: its type, then the delta text, the item opened or closed, or the status."""
+    kind = str(chunk["type"])
+    delta = _responses_delta(chunk)
+    if delta is not None:
+        return f"{kind} {orjson.dumps(delta).decode()}"
+    item = chunk.get("item")
+    if isinstance(item, Mapping):
+        return f"{kind} {item.get('type')} {item.get('id') or ''}".rstrip()
+    response = chunk.get("response")
+    if isinstance(response, Mapping):
+        usage = response.get("usage")
+        tail = f" usage {orjson.dumps(usage).decode()}" if isinstance(usage, Mapping) else ""
+        return f"{kind} status={response.get('status')}{tail}"
+    if kind == "error":
+        return f"error {orjson.dumps({k: chunk.get(k) for k in ('code', 'message', 'param')}).decode()[:100]}"
+    return kind
+
+
 def final_message(response: Mapping[str, Any] | None, target: str = "") -> Any:
-    """What a client holds at the end: the accumulated stream, or the plain body."""
+    """What a client holds at the end: the accumulated stream, or the plain body; for a Responses
+    stream the terminal event's ``response`` (what the SDK's ``get_final_response()`` gives)."""
     if not response:
         return None
     if not is_stream(response):
@@ -125,10 +162,15 @@ def final_message(response: Mapping[str, Any] | None, target: str = "") -> Any:
         except orjson.JSONDecodeError:
             return body_bytes(response).decode("utf-8", "replace")
     chunks = []
+    final: Any = None
     for event in timed_events(response):
         chunk = event.json()
         if isinstance(chunk, Mapping) and isinstance(chunk.get("choices"), list):
             chunks.append(chunk)
+        elif isinstance(chunk, Mapping) and chunk.get("type") in _RESPONSES_TERMINAL:
+            final = chunk.get("response")
+    if final is not None or (not chunks and "/responses" in path_of(target)):
+        return final if final is not None else {"error": "the Responses stream has no terminal event"}
     legacy = path_of(target).endswith("/completions") and not path_of(target).endswith("chat/completions")
     try:
         return accumulate_completion(chunks) if legacy else accumulate_chat(chunks)

@@ -22,6 +22,9 @@ checker. Every step is also judged by the checker (:func:`oaishim.check.check`).
 Strings (and mapping keys) may hold ``${name}`` placeholders, filled in by :func:`fill` from the
 run's variables (``model``, ``eot``, ``bias_token_id``, ``overflow_prompt``, ...). A string that is
 exactly one placeholder takes the variable's own type, so ``"${bias_token_id}"`` can become an int.
+A step's answer adds variables for the steps after it (a Responses answer: ``${<step>_id}``, and
+``${<step>_call_id}`` of its first function call); a step that still holds a placeholder after
+filling is not sent, and what judges it says "cannot tell".
 """
 
 from __future__ import annotations
@@ -37,7 +40,17 @@ import yaml
 
 from oaishim.check import RULES, Severity
 
-__all__ = ["Case", "CatalogueError", "Expect", "Step", "fill", "load_catalogue", "parse_catalogue", "select"]
+__all__ = [
+    "Case",
+    "CatalogueError",
+    "Expect",
+    "Step",
+    "fill",
+    "load_catalogue",
+    "parse_catalogue",
+    "select",
+    "unfilled",
+]
 
 NEEDS = frozenset({"eot", "bias"})
 _SEVERITIES: frozenset[str] = frozenset({"error", "warning", "note"})
@@ -186,6 +199,20 @@ def _fill_str(text: str, variables: Mapping[str, Any]) -> Any:
     if whole and whole.group(1) in variables:
         return variables[whole.group(1)]
     return _PLACEHOLDER.sub(lambda m: str(variables.get(m.group(1), m.group(0))), text)
+
+
+def unfilled(*values: Any) -> str | None:
+    """The first ``${name}`` left in ``values`` after :func:`fill`: a variable no step gave."""
+    for value in values:
+        if isinstance(value, str):
+            if found := _PLACEHOLDER.search(value):
+                return found.group(1)
+        elif isinstance(value, Mapping):
+            if (name := unfilled(*value.keys(), *value.values())) is not None:
+                return name
+        elif isinstance(value, list) and (name := unfilled(*value)) is not None:
+            return name
+    return None
 
 
 def fill(value: Any, variables: Mapping[str, Any]) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import jsonschema_rs
 import orjson
 
 from oaishim.probe._view import StepView
@@ -290,6 +291,56 @@ def _bias_token_appears(params: Mapping[str, Any], views: Views, ctx: Context) -
     return _text_check(params, views, ctx, lambda t: token in t, f"holding the biased token {token!r}")
 
 
+def _reasoning_equals(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """The reasoning a client reads: chat ``reasoning_content``; a response's ``reasoning`` item with
+    ``reasoning_text`` parts (the raw reasoning, as the official API gives open-weight models')."""
+    name, want = params["step"], str(params["text"])
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    got = views[name].reasoning()
+    if got == want:
+        return Verdict("pass", f"step {name}: reasoning exactly {_short(want)}")
+    if name in ctx.steered and not ctx.exact_text:
+        return Verdict("skip", f"cannot tell: the text could not be forced (prompt only); reasoning {_short(got)}")
+    where = "a reasoning item's reasoning_text" if views[name].responses else "reasoning_content"
+    return Verdict("fail", f"step {name}: {where} is {_short(got)}, not {_short(want)}", "$.output")
+
+
+def _response_status(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    name, wanted = params["step"], list(params.get("in") or ["completed"])
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    if not views[name].responses:
+        return Verdict("fail", f"step {name}: no response object (a stream without a terminal event?)")
+    got = views[name].response_status
+    if got in wanted:
+        return Verdict("pass", f"status {got!r}")
+    return Verdict("fail", f"step {name}: status {got!r}, expected {' or '.join(map(repr, wanted))}", "$.status")
+
+
+def _json_matches_schema(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """The text parses as JSON that the schema accepts (``text.format`` / ``response_format``)."""
+    name, schema = params["step"], params["schema"]
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    view, text = views[name], views[name].text() or ""
+    if view.finish_reason() == "length":
+        return Verdict("skip", f"cannot tell: the output was cut by the token limit ({_short(text)})")
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = _NOT_JSON
+    errors = [] if value is _NOT_JSON else [e.message for e in jsonschema_rs.validator_for(schema).iter_errors(value)]
+    if value is not _NOT_JSON and not errors:
+        return Verdict("pass", f"step {name}: {_short(value, 60)} matches the schema")
+    if not ctx.exact_text:
+        return Verdict("skip", f"cannot tell: this endpoint's output cannot be forced; got {_short(text)}")
+    what = "is not JSON" if value is _NOT_JSON else f"does not match the schema ({_short(errors[0])})"
+    return Verdict("fail", f"step {name}: text {_short(text)} {what}", "$.output")
+
+
+_NOT_JSON = object()
+
 EXPECTATIONS: dict[str, Check] = {
     "status": _status,
     "same-text": _same_text,
@@ -312,4 +363,7 @@ EXPECTATIONS: dict[str, Check] = {
     "unknown-field-rejected": _unknown_field_rejected,
     "bias-token-appears": _bias_token_appears,
     "token-in-one-chunk": _token_in_one_chunk,
+    "reasoning-equals": _reasoning_equals,
+    "response-status": _response_status,
+    "json-matches-schema": _json_matches_schema,
 }

@@ -8,20 +8,22 @@ gateway adds on purpose); their ``unknown-field`` findings become notes in that 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oaishim.check import CheckOptions, Finding, check
 from oaishim.probe._cases import Case, fill
-from oaishim.probe._expect import EXPECTATIONS, Context
+from oaishim.probe._expect import EXPECTATIONS, Context, Verdict
 from oaishim.probe._record import record_of
 from oaishim.probe._results import CaseResult, CheckOutcome, CheckResult, StepResult
 from oaishim.probe._view import StepView, view_of
 
-__all__ = ["Sent", "judge_case"]
+__all__ = ["Sent", "endpoint_of", "judge_case"]
 
 _FAILING = ("error", "warning")
+_RESPONSE_ID = re.compile(r"/resp_[^/]+")
 EXCERPT = 1500
 
 
@@ -39,6 +41,12 @@ class Sent:
     body: bytes | None = None
     seconds: float = 0.0
     transport_error: str | None = None
+    skipped: str | None = None  # not sent, and why (a value an earlier step did not give)
+
+
+def endpoint_of(path: str) -> str:
+    """The endpoint a path counts under in scores: stored responses' ids become ``{id}``."""
+    return _RESPONSE_ID.sub("/{id}", path.split("?", 1)[0])
 
 
 def _tolerated(findings: Sequence[Finding], fields: frozenset[str]) -> list[Finding]:
@@ -84,20 +92,39 @@ def judge_case(case: Case, sent: Sequence[Sent], ctx: Context, options: CheckOpt
     steps: list[StepResult] = []
     checks: list[CheckResult] = []
     paths: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for s in sent:
-        view = view_of(s.body, request=s.request, status=s.status, headers=s.headers, transport_error=s.transport_error)
+        paths[s.name] = endpoint_of(s.path)
+        if s.skipped is not None:
+            skipped[s.name] = s.skipped
+            record = record_of(s.path, s.request, view_of(None, request=s.request, status=None, headers={}))
+            record.update(status="not sent", skipped=s.skipped, findings=[])
+            steps.append(StepResult(s.name, s.method, s.path, s.sent, 0.0, record, (), ""))
+            checks.append(CheckResult(f"wire:{s.name}", s.name, paths[s.name], "skip", s.skipped))
+            continue
+        view = view_of(
+            s.body,
+            request=s.request,
+            status=s.status,
+            headers=s.headers,
+            transport_error=s.transport_error,
+            path=s.path,
+        )
         views[s.name] = view
-        paths[s.name] = s.path
         findings = _step_findings(view, options, case)
         record = record_of(s.path, s.request, view)
         record["status"] = "differs" if any(f.severity in _FAILING for f in findings) else "comparable"
         record["findings"] = [f.as_dict() for f in findings]
         steps.append(StepResult(s.name, s.method, s.path, s.sent, s.seconds, record, tuple(findings), _excerpt(s.body)))
-        checks.append(_wire_check(s.name, s.path, findings))
+        checks.append(_wire_check(s.name, paths[s.name], findings))
     seen: dict[str, int] = {}
     for expect in case.expect:
         step = expect.steps[0]
-        verdict = EXPECTATIONS[expect.kind](fill(expect.params, ctx.variables), views, ctx)
+        unsent = [n for n in expect.steps if n in skipped]
+        if unsent:
+            verdict = Verdict("skip", f"cannot tell: step {unsent[0]} was not sent ({skipped[unsent[0]]})")
+        else:
+            verdict = EXPECTATIONS[expect.kind](fill(expect.params, ctx.variables), views, ctx)
         base = f"expect:{expect.kind}:{step}"
         seen[base] = seen.get(base, 0) + 1
         check_id = base if seen[base] == 1 else f"{base}#{seen[base]}"

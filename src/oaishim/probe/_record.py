@@ -5,10 +5,10 @@ These are the fields a person writes down when comparing two OpenAI-compatible e
 
     endpoint, served_model_name, stream,
     request:  logprobs, top_logprobs, stop, stop_token_ids, include_stop_str_in_output,
-              max_tokens, stream_options
+              max_tokens, stream_options (Responses: max_output_tokens, previous_response_id, store)
     response: logprobs_container (ChatCompletionLogProbs | CompletionLogProbs | null),
               token_fields (tokens+text_offset or token+bytes), stop_reason (the vendor field),
-              first_chunk_has_content, usage_present
+              first_chunk_has_content, usage_present (Responses: response_status, output_types)
     error:    unknown_field_rejected
     status:   whether the two sides are comparable (here: "comparable" when the step met the
               official API with no error or warning, else "differs"; with --against the
@@ -38,6 +38,9 @@ _REQUEST_FIELDS = (
     "max_tokens",
     "max_completion_tokens",
     "stream_options",
+    "max_output_tokens",
+    "previous_response_id",
+    "store",
 )
 _LEGACY_KEYS = frozenset({"tokens", "token_logprobs", "top_logprobs", "text_offset"})
 
@@ -112,6 +115,14 @@ def _first_chunk_has_content(view: StepView) -> bool | None:
     return None
 
 
+def _output_types(view: StepView) -> list[str] | None:
+    """A Responses answer's output item types, in order (``["reasoning", "message"]``)."""
+    output = view.result.get("output") if view.responses and isinstance(view.result, Mapping) else None
+    if not isinstance(output, list):
+        return None
+    return [str(item.get("type")) for item in output if isinstance(item, Mapping)]
+
+
 def record_of(path: str, request: Mapping[str, Any] | None, view: StepView) -> dict[str, Any]:
     """The record of one step (``request`` is None for raw bytes and GETs)."""
     req = request or {}
@@ -131,7 +142,9 @@ def record_of(path: str, request: Mapping[str, Any] | None, view: StepView) -> d
             "stop_reason": _stop_reason(view),
             "first_chunk_has_content": _first_chunk_has_content(view),
             "usage_present": view.usage is not None,
-            "finish_reason": view.finish_reason() if view.choices() else None,
+            "finish_reason": view.finish_reason() if view.choices() or view.responses else None,
+            "response_status": view.response_status,
+            "output_types": _output_types(view),
         },
         "error": {
             "unknown_field_rejected": (view.status == 400) if sent_unknown else None,

@@ -21,7 +21,7 @@ import orjson
 
 from oaishim import __version__
 from oaishim.check import CheckOptions
-from oaishim.probe._cases import Case, fill
+from oaishim.probe._cases import Case, fill, unfilled
 from oaishim.probe._compare import compare
 from oaishim.probe._expect import Context
 from oaishim.probe._judge import Sent, judge_case
@@ -36,26 +36,25 @@ from oaishim.probe._steer import (
     steer_body,
     tool_call_recipe,
 )
-from oaishim.probe._view import StepView, view_of
+from oaishim.probe._view import StepView, answer_variables, view_of
 from oaishim.transform.special import SpecialTokens
 
 __all__ = ["ProbeOptions", "Progress", "Target", "probe", "run_probe"]
 
 Progress = Callable[[str, CaseResult, int, int], None]  # side label, case, done, total
-_GENERATION = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+_GENERATION = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+RESPONSES = "/v1/responses"
 _SHOWN_LIMIT = 2000
-_WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": ["Paris"]}},
-            "required": ["city"],
-        },
+_WEATHER_FUNCTION: dict[str, Any] = {
+    "name": "get_weather",
+    "description": "Get the weather of a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris"]}},
+        "required": ["city"],
     },
 }
+_WEATHER_TOOL = {"type": "function", "function": _WEATHER_FUNCTION}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +106,7 @@ class _Client:
 
     async def post_json(self, path: str, body: Mapping[str, Any]) -> StepView:
         status, headers, raw, _, error = await self.send("POST", path, orjson.dumps(body))
-        return view_of(raw, request=body, status=status, headers=headers, transport_error=error)
+        return view_of(raw, request=body, status=status, headers=headers, transport_error=error, path=path)
 
 
 async def _calibrate_text(client: _Client) -> str:
@@ -138,29 +137,43 @@ async def _tokenize(client: _Client, dialect: str, text: str) -> list[int] | Non
         return None
 
 
-async def _calibrate_tools(client: _Client, dialect: str | None) -> tuple[str, dict[str, Any]]:
-    base = {
-        "model": client.target.model,
-        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-        "tools": [_WEATHER_TOOL],
-        "tool_choice": "required",
-        "temperature": 0,
-    }
-    tries: list[tuple[str, dict[str, Any]]] = [("plain", {"max_tokens": 64})]
+async def _calibrate_responses_text(client: _Client) -> str:
+    """The text dialect of ``/v1/responses`` (its own: a gateway may refuse what the backend reads)."""
+    for name, overlay in TEXT_DIALECTS.items():
+        if name == "prompt":
+            continue
+        body = {"model": client.target.model, "input": "Say something.", "max_output_tokens": 24, "temperature": 0}
+        view = await client.post_json(RESPONSES, {**body, **overlay(CALIBRATION_TEXT)})
+        if view.ok and view.responses and view.text() == CALIBRATION_TEXT:
+            return name
+    return "prompt"
+
+
+async def _calibrate_tools(
+    client: _Client, dialect: str | None, *, responses: bool = False
+) -> tuple[str, dict[str, Any]]:
+    limit = "max_output_tokens" if responses else "max_tokens"
+    base: dict[str, Any] = {"model": client.target.model, "tool_choice": "required", "temperature": 0}
+    if responses:
+        base.update(input="What is the weather in Paris?", tools=[{"type": "function", **_WEATHER_FUNCTION}])
+    else:
+        base.update(messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=[_WEATHER_TOOL])
+    tries: list[tuple[str, dict[str, Any]]] = [("plain", {limit: 64})]
     if dialect is not None:
         opener, newline = await _tokenize(client, dialect, TOOL_CALL_OPEN), await _tokenize(client, dialect, "\n")
         if opener and newline and len(opener) == 1 and len(newline) == 1:
-            tries.append(("recipe", {"max_tokens": 256, **tool_call_recipe(opener[0], newline[0])}))
+            tries.append(("recipe", {limit: 256, **tool_call_recipe(opener[0], newline[0])}))
     for name, overlay in tries:
-        view = await client.post_json("/v1/chat/completions", {**base, **overlay})
+        view = await client.post_json(RESPONSES if responses else "/v1/chat/completions", {**base, **overlay})
         calls = view.tool_calls() if view.ok else []
         if calls and (calls[0].get("function") or {}).get("name") == "get_weather":
-            return name, ({k: v for k, v in overlay.items() if k != "max_tokens"} if name == "recipe" else {})
+            return name, ({k: v for k, v in overlay.items() if k != limit} if name == "recipe" else {})
     return "unavailable", {}
 
 
-async def calibrate(client: _Client, options: ProbeOptions) -> Steering:
-    """Find out, by effect, how this endpoint can be made to write a known text or call a tool."""
+async def calibrate(client: _Client, options: ProbeOptions, *, responses: bool = False) -> Steering:
+    """Find out, by effect, how this endpoint can be made to write a known text or call a tool
+    (``responses``: on ``/v1/responses`` too, when the cases run there)."""
     if options.steer == "none":
         return Steering()
     text = await _calibrate_text(client)
@@ -177,7 +190,13 @@ async def calibrate(client: _Client, options: ProbeOptions) -> Steering:
                 bias = (ids[0], word)
                 break
     tool_call, overlay = await _calibrate_tools(client, tokenize)
-    return Steering(text, tokenize, tool_call, overlay, bias)
+    if not responses:
+        return Steering(text, tokenize, tool_call, overlay, bias)
+    responses_text = await _calibrate_responses_text(client)
+    responses_tool_call, responses_overlay = await _calibrate_tools(client, tokenize, responses=True)
+    if responses_tool_call == "recipe":
+        overlay = responses_overlay  # the same recipe: the tokens are the model's
+    return Steering(text, tokenize, tool_call, overlay, bias, responses_text, responses_tool_call)
 
 
 def _abbreviated(value: Any) -> Any:
@@ -189,6 +208,10 @@ def _abbreviated(value: Any) -> Any:
     if isinstance(value, list):
         return [_abbreviated(v) for v in value]
     return value
+
+
+def is_responses_case(case: Case) -> bool:
+    return any(step.path.startswith(RESPONSES) for step in case.steps)
 
 
 def _variables(target: Target, steering: Steering, options: ProbeOptions) -> dict[str, Any]:
@@ -215,21 +238,30 @@ async def _run_case(
     if (reason := _skip_reason(case, variables)) is not None:
         return CaseResult(case.id, case.title, case.refs, skipped=reason)
     sent: list[Sent] = []
+    variables = dict(variables)  # this case's own: the ids its steps' answers give
+    if is_responses_case(case):
+        steering = steering.for_responses()
     for step in case.steps:
         request: dict[str, Any] | None = None
         data: bytes | None = None
         shown: Any = None
+        path = str(fill(step.path, variables))
         if step.body is not None:
             request = fill(step.body, variables)
-            if step.path in _GENERATION and "model" not in request:
+            if path in _GENERATION and "model" not in request:
                 request = {"model": client.target.model, **request}
             request = steer_body(request, fill(step.steer, variables), steering)
             data, shown = orjson.dumps(request), _abbreviated(request)
         elif step.raw is not None:
             text = str(fill(step.raw, variables))
             data, shown = text.encode(), text
-        status, headers, raw, seconds, error = await client.send(step.method, step.path, data)
-        sent.append(Sent(step.name, step.method, step.path, request, shown, status, headers, raw, seconds, error))
+        if (missing := unfilled(path, request)) is not None:
+            why = f"an earlier step gave no {missing}"
+            sent.append(Sent(step.name, step.method, path, request, shown, skipped=why))
+            continue
+        status, headers, raw, seconds, error = await client.send(step.method, path, data)
+        sent.append(Sent(step.name, step.method, path, request, shown, status, headers, raw, seconds, error))
+        variables.update(answer_variables(step.name, raw, status, headers))
     ctx = Context(
         model=client.target.model,
         exact_text=steering.exact_text,
@@ -252,7 +284,7 @@ async def _probe_side(
     connector = aiohttp.TCPConnector(force_close=True, limit=max(1, options.concurrency) * 2)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         client = _Client(session, target)
-        steering = await calibrate(client, options)
+        steering = await calibrate(client, options, responses=any(is_responses_case(c) for c in cases))
         variables = _variables(target, steering, options)
         results: dict[str, CaseResult] = {}
         gate = asyncio.Semaphore(max(1, options.concurrency))

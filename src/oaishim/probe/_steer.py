@@ -19,6 +19,12 @@ Tool calls: a plain ``tool_choice: "required"`` where the server enforces it; el
 recorded llama.cpp traffic uses for Qwen-style templates (``tests/fixtures/recorded/llamacpp-server``):
 ``logit_bias`` +100 on the ``<tool_call>`` and newline tokens, ``stop: ["</tool_call>"]``, one call.
 Token ids come from the server's ``/tokenize`` (llama.cpp and vLLM shapes, also found by effect).
+
+The Responses API (``/v1/responses``) is calibrated on its own, the same way: a backend's own
+endpoint may read ``grammar`` or ``structured_outputs`` beside the official fields, while a gateway
+that refuses unknown parameters (as the official API does) can only be steered by what the API
+defines: ``tool_choice: "required"`` where the backend enforces it. What cannot be forced there is
+"cannot tell", as on chat.
 """
 
 from __future__ import annotations
@@ -91,10 +97,17 @@ class Steering:
     tool_call: str = "unavailable"  # "plain", "recipe" or "unavailable"
     tool_overlay: Mapping[str, Any] = field(default_factory=dict)
     bias_token: tuple[int, str] | None = None  # (id, text) of a single-token word
+    responses_text: str = "prompt"  # the same, found on /v1/responses
+    responses_tool_call: str = "unavailable"
 
     @property
     def exact_text(self) -> bool:
         return self.text != "prompt"
+
+    def for_responses(self) -> Steering:
+        """The steering of ``/v1/responses`` requests, in the shape chat steering has."""
+        tool_overlay = self.tool_overlay if self.responses_tool_call == "recipe" else {}
+        return Steering(self.responses_text, self.tokenize, self.responses_tool_call, tool_overlay, self.bias_token)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +116,8 @@ class Steering:
             "tool_call": self.tool_call,
             "tool_overlay": dict(self.tool_overlay),
             "bias_token": list(self.bias_token) if self.bias_token else None,
+            "responses_text": self.responses_text,
+            "responses_tool_call": self.responses_tool_call,
         }
 
 
@@ -117,6 +132,8 @@ def _ask_in_prompt(body: dict[str, Any], text: str) -> None:
         messages.append({"role": "user", "content": ask})
     elif isinstance(body.get("prompt"), str):
         body["prompt"] = ask + "\n"
+    elif isinstance(body.get("input"), str):  # a Responses request
+        body["input"] = ask
 
 
 def steer_body(body: Mapping[str, Any], steer: Mapping[str, Any], steering: Steering) -> dict[str, Any]:
@@ -126,7 +143,8 @@ def steer_body(body: Mapping[str, Any], steer: Mapping[str, Any], steering: Stee
     if isinstance(text, str):
         out.update(TEXT_DIALECTS[steering.text](text))
         if steering.text == "prompt":
-            out["messages"] = list(out["messages"]) if isinstance(out.get("messages"), list) else out.get("messages")
+            if isinstance(out.get("messages"), list):
+                out["messages"] = list(out["messages"])
             _ask_in_prompt(out, text)
     if steer.get("tool_call") and steering.tool_call == "recipe":
         for key, value in steering.tool_overlay.items():

@@ -84,10 +84,12 @@ def summary_table(run: ProbeRun) -> str:
     lines.extend(_table(score_rows))
     lines.append("")
     for side in sides:
-        c = side.counts()
+        c, st = side.counts(), side.steering
+        responses = any(s.path.startswith("/v1/responses") for case in side.cases for s in case.steps)
+        extra = f" (/v1/responses: text {st.responses_text}, tool calls {st.responses_tool_call})" if responses else ""
         lines.append(
             f"{_side_name(side)}: {c['error']} error(s), {c['warning']} warning(s), {c['note']} note(s); "
-            f"steering: text {side.steering.text}, tool calls {side.steering.tool_call}; {side.seconds:.1f} s"
+            f"steering: text {st.text}, tool calls {st.tool_call}{extra}; {side.seconds:.1f} s"
         )
     if run.comparison is not None:
         lines.append(f"--against: {run.comparison['differ']} case(s) differ, {run.comparison['same']} the same")

@@ -206,11 +206,7 @@ def map_text_format(text: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         json_schema["description"] = description
     if strict is not None:
         json_schema["strict"] = strict
-    echo["format"] = {
-        "type": "json_schema",
-        "description": description,
-        "name": name,
-        "schema": schema,
-        "strict": strict,
-    }
+    # The echo's description is a string or absent: the official schema has no null there.
+    described = {"description": description} if isinstance(description, str) else {}
+    echo["format"] = {"type": "json_schema", **described, "name": name, "schema": schema, "strict": strict}
     return {"type": "json_schema", "json_schema": json_schema}, echo
