@@ -87,6 +87,8 @@ def _same_text(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict
     ta, tb = views[a].text(), views[b].text()
     if ta is not None and ta == tb:
         return Verdict("pass", f"the same text twice: {_short(ta)}")
+    if ta is None and tb is None:  # a reasoning parser took the whole answer (no </think> came)
+        return Verdict("skip", f"cannot tell: neither step {a} nor step {b} gave text to compare")
     return Verdict("fail", f"step {a} gave {_short(ta)}, step {b} gave {_short(tb)}")
 
 
