@@ -62,6 +62,8 @@ class ResponsesRequestInfo:
     input_items: list[dict[str, Any]] = field(default_factory=list)
     # names of ``custom`` tools: the backend sees them as functions, the client gets custom calls back
     custom_tools: frozenset[str] = frozenset()
+    # chat names of the members of ``namespace`` tools -> (namespace, name) their calls are given back with
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def logprobs(self) -> bool:
