@@ -226,6 +226,52 @@ def test_a_response_is_seen_only_by_the_key_that_made_it(trt: TrtSim, gateways: 
     assert get(gw, f"/v1/responses/{rid}", KEY_A)[0] == 200  # B's delete did not touch it
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_item_references_are_the_stored_items_they_name(trt: TrtSim, gateways: Any, stream: bool) -> None:
+    """The Vercel AI SDK (store on, its default) sends the reasoning of the turn before as an
+    ``item_reference``; the gateway refused every such request before."""
+    gw = gateways(PROFILE, api_keys=(KEY_A, KEY_B), state="memory")
+    first = {"model": MODEL, "input": [ask("上海")], "instructions": INSTRUCTIONS, "tools": TOOLS, "stream": stream}
+    status, _, raw = post(gw, first, KEY_A)
+    assert status == 200
+    response = final(raw) if stream else json.loads(raw)
+    [thought] = reasoning(response)
+    [call_item] = calls(response)
+    listed = get(gw, f"/v1/responses/{response['id']}/input_items", KEY_A)[1]["data"]
+    refs = [{"type": "item_reference", "id": i} for i in (listed[0]["id"], thought["id"], call_item["id"])]
+    output = {"type": "function_call_output", "call_id": call_item["call_id"], "output": "上海：多云，18°C"}
+    follow = {"model": MODEL, "input": [*refs, output], "instructions": INSTRUCTIONS, "tools": TOOLS, "stream": stream}
+    status, _, raw = post(gw, follow, KEY_A)
+    assert status == 200, raw
+    assert text(final(raw) if stream else json.loads(raw)) == ANSWER_RESULT.format(result="上海：多云，18°C")
+    sent = trt.requests[-1]["messages"]
+    assert sent[1] == {"role": "user", "content": [{"type": "text", "text": "查看上海天气"}]}
+    assert sent[2]["reasoning"] == thought["content"][0]["text"]
+    assert sent[2]["tool_calls"][0]["id"] == call_item["call_id"]
+    # the item itself, as the listing shows it, and not the reference
+    second = final(raw) if stream else json.loads(raw)
+    listed = get(gw, f"/v1/responses/{second['id']}/input_items?order=asc", KEY_A)[1]
+    assert [i["id"] for i in listed["data"][:3]] == [r["id"] for r in refs]
+    assert listed["data"][1]["type"] == "reasoning"
+    # unknown, another tenant's, or of a response that was not stored: the official 404
+    unstored = json.loads(post(gw, {"model": MODEL, "input": "你好", "store": False}, KEY_A)[2])
+    for key, ref in (
+        (KEY_B, thought["id"]),
+        (KEY_A, "rs_" + "0" * 52),
+        (KEY_A, "msg_1"),
+        (KEY_A, unstored["output"][-1]["id"]),
+    ):
+        status, _, raw = post(gw, {"model": MODEL, "input": [{"type": "item_reference", "id": ref}]}, key)
+        assert status == 404, raw
+        assert json.loads(raw)["error"] == {
+            "message": f"Item with id '{ref}' not found. Items are not persisted when `store` is set to false. Try "
+            "again with `store` set to true, or remove this item from your input.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": None,
+        }
+
+
 def test_delete_then_get_is_not_found(trt: TrtSim, gw: str) -> None:
     rid = json.loads(post(gw, {"model": MODEL, "input": "你好"})[2])["id"]
     assert get(gw, f"/v1/responses/{rid}", method="DELETE") == (

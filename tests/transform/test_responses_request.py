@@ -272,23 +272,122 @@ def test_unknown_parameter_wording() -> None:
     assert refused({"model": "m", "input": "x", "foo": 1}).message == "Unknown parameter: 'foo'."
 
 
+HOSTED = (
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "computer_use_preview",
+    "mcp",
+    "image_generation",
+    "local_shell",
+)
+
+
+@pytest.mark.parametrize("kind", HOSTED)
+def test_hosted_tools_are_echoed_but_not_offered_upstream(kind: str) -> None:
+    # Codex CLI sends {"type": "web_search", "external_web_access": false} on every turn: refusing it failed them all
+    hosted = {"type": kind, "external_web_access": False}
+    out, info = responses_to_chat({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}, hosted]})
+    validate("chat", out)
+    assert [t["function"]["name"] for t in out["tools"]] == ["f"]
+    assert info.tools[1] == hosted
+    only, _ = responses_to_chat({"model": "m", "input": "x", "tools": [hosted], "tool_choice": "auto"})
+    assert "tools" not in only and "tool_choice" not in only
+
+
+@pytest.mark.parametrize("kind", HOSTED)
+def test_a_request_that_forces_a_hosted_tool_is_refused_by_name(kind: str) -> None:
+    base = {"model": "m", "input": "x", "tools": [{"type": kind}]}
+    for choice, param in (
+        ({"type": kind}, "tool_choice.type"),
+        ("required", "tool_choice"),
+        ({"type": "allowed_tools", "mode": "required", "tools": [{"type": kind}]}, "tool_choice.tools[0].type"),
+    ):
+        err = refused({**base, "tool_choice": choice})
+        assert err.param == param and f"'{kind}'" in err.message and err.code == "unsupported_value"
+    # with a function tool beside it, "required" can be met
+    out, _ = responses_to_chat(
+        {**base, "tools": [{"type": kind}, {"type": "function", "name": "f"}], "tool_choice": "required"}
+    )
+    assert out["tool_choice"] == "required" and [t["function"]["name"] for t in out["tools"]] == ["f"]
+
+
+NAMESPACE = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "sub-agents",
+    "tools": [
+        {"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {}}, "strict": False},
+        {"type": "function", "name": "close", "description": "close one"},
+        {"type": "custom", "name": "note"},
+    ],
+}
+
+
+def test_namespace_members_are_tools_of_their_own_upstream_and_calls_come_back_by_namespace() -> None:
+    tools = [{"type": "function", "name": "close"}, NAMESPACE]
+    out, info = responses_to_chat(
+        {
+            "model": "m",
+            "tools": tools,
+            "input": [
+                {"role": "user", "content": "go"},
+                {"type": "function_call", "call_id": "c1", "namespace": "agents", "name": "spawn", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c2", "namespace": "agents", "name": "close", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c3", "name": "close", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            ],
+        },
+        key=KEY,
+    )
+    validate("chat", out)
+    names = [t["function"]["name"] for t in out["tools"]]
+    # the top-level 'close' keeps its name; the member that shares it is qualified
+    assert names == ["close", "spawn", "agents__close", "note"]
+    assert out["tools"][2]["function"]["description"] == "close one"
+    assert out["tools"][3]["function"]["parameters"]["required"] == ["input"]
+    calls = [c["function"]["name"] for c in out["messages"][1]["tool_calls"]]
+    assert calls == ["spawn", "agents__close", "close"]
+    assert info.namespaced == {
+        "spawn": ("agents", "spawn"),
+        "agents__close": ("agents", "close"),
+        "note": ("agents", "note"),
+    }
+    assert info.custom_tools == frozenset({"note"})
+    assert info.tools[1] == NAMESPACE  # echoed as sent
+
+
 @pytest.mark.parametrize(
-    "kind",
+    ("tool", "param", "code"),
     [
-        "web_search",
-        "web_search_preview",
-        "file_search",
-        "code_interpreter",
-        "computer_use_preview",
-        "mcp",
-        "image_generation",
-        "local_shell",
+        ({"type": "namespace", "name": "n", "description": "d"}, "tools[0].tools", "missing_required_parameter"),
+        ({"type": "namespace", "name": "n", "description": "d", "tools": []}, "tools[0].tools", "empty_array"),
+        (
+            {"type": "namespace", "name": "n", "description": "d", "tools": [{"type": "web_search"}]},
+            "tools[0].tools[0].type",
+            "invalid_value",
+        ),
+        (
+            {"type": "namespace", "name": "n", "description": "d", "tools": [{"type": "function"}]},
+            "tools[0].tools[0].name",
+            "missing_required_parameter",
+        ),
     ],
 )
-def test_hosted_tools_are_refused_by_name(kind: str) -> None:
-    tools = [{"type": "function", "name": "f"}, {"type": kind}]
-    err = refused({"model": "m", "input": "x", "tools": tools})
-    assert err.param == "tools[1].type" and f"'{kind}'" in err.message and err.code == "unsupported_value"
+def test_bad_namespaces_are_refused(tool: dict[str, Any], param: str, code: str) -> None:
+    err = refused({"model": "m", "input": "x", "tools": [tool]})
+    assert (err.param, err.code) == (param, code), err.message
+
+
+def test_client_metadata_is_accepted_and_not_sent_upstream() -> None:
+    # not in the published spec, but the API takes it: Codex CLI sends its turn metadata in it on every request
+    out = chat(input="x", client_metadata={"turn_id": "t1", "x-codex-turn-metadata": "{}"})
+    assert "client_metadata" not in out
+    err = refused({"model": "m", "input": "x", "client_metadata": {"turn": 1}})
+    assert (err.param, err.code) == ("client_metadata.turn", "invalid_type")
+    err = refused({"model": "m", "input": "x", "client_metadata": "x"})
+    assert (err.param, err.code) == ("client_metadata", "invalid_type")
 
 
 # -- encrypted_content ------------------------------------------------------------------------------

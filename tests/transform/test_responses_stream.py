@@ -251,6 +251,27 @@ def test_custom_tool_call_comes_back_as_a_custom_item() -> None:
     Response.model_validate(enc.response)
 
 
+def test_a_namespace_member_call_comes_back_with_its_namespace_and_own_name() -> None:
+    # Codex CLI offers its sub-agent tools as the namespace 'multi_agent_v1' and routes a call by (namespace, name)
+    member = {"type": "function", "name": "close", "parameters": {"type": "object", "properties": {}}}
+    namespace = {"type": "namespace", "name": "agents", "description": "d", "tools": [member]}
+    info = info_for(tools=[{"type": "function", "name": "close"}, namespace])
+    call = {"index": 0, "id": "call_n", "type": "function", "function": {"name": "agents__close", "arguments": "{}"}}
+    events, enc = run([chunk({"role": "assistant", "tool_calls": [call]}), chunk({}, "tool_calls")], info)
+    check_stream(events)
+    done = next(e for e in events if e["type"] == "response.output_item.done")["item"]
+    assert enc.response["output"] == [done]
+    assert (done["type"], done["namespace"], done["name"], done["call_id"]) == (
+        "function_call",
+        "agents",
+        "close",
+        "call_n",
+    )
+    added = next(e for e in events if e["type"] == "response.output_item.added")["item"]
+    assert (added["namespace"], added["name"]) == ("agents", "close")
+    Response.model_validate(enc.response)
+
+
 # -- failures ---------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The Responses API endpoints, generated from the backend's Chat Completions (never forwarded).
 
 * ``POST /v1/responses``: the request is mapped (``transform.responses``; ``previous_response_id``
-  resolved from the store), then takes the chat path: chat validation (the mapped request must
+  and ``item_reference`` inputs resolved from the store), then takes the chat path: chat validation (the mapped request must
   pass), the profile's rewrite, the upstream through the seam, and the stream pipe — so every chat
   repair (``<think>`` split, tool calls from text, stops, end of turn) applies — with the Responses
   encoder in place of the chat one; a plain answer goes through ``plain_answer`` and
@@ -48,11 +48,14 @@ from oaishim.transform.responses import (
     ResponsesStreamEncoder,
     chat_to_response,
     frame,
+    item_ids,
     new_id,
     page,
+    referenced_responses,
+    replace_references,
 )
 from oaishim.transform.responses._check import check_request, unsupported
-from oaishim.transform.responses._info import failure_code
+from oaishim.transform.responses._info import IdFactory, failure_code
 from oaishim.transform.responses.history import turn_history
 from oaishim.transform.responses.request import responses_to_chat
 from oaishim.transform.upstream_errors import normalize_upstream_error
@@ -230,8 +233,15 @@ class ResponsesAPI:
             if found is None:
                 raise _previous_not_found(previous)
             history = found
+        records: dict[str, tuple[list[Any], list[Any]] | None] = {}
+        for response_id in referenced_responses(body):
+            record = await self._store_call(self.state.open().get(response_id, owner))
+            records[response_id] = None if record is None else (record.response.get("output") or [], record.input_items)
+        body = replace_references(body, records)
         key = self._key()
-        chat, info = responses_to_chat(body, key=key, history=history)
+        turn_id = new_id("resp")
+        ids = item_ids(turn_id)  # an item_reference to any of this turn's items finds this record
+        chat, info = responses_to_chat(body, key=key, history=history, id_factory=ids)
         client = validate("chat", chat)  # the mapped request passes what a chat request must
         profile = await gateway.profile_for(route)
         prepared = rewrite("chat", client, profile, upstream_model=route.upstream_model)
@@ -241,7 +251,7 @@ class ResponsesAPI:
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         if isinstance(upstream, RecordingUpstream):
             upstream.recorder.raw.profile = profile.name
-        turn = _Turn(self, owner, key, info, chat["messages"], history)
+        turn = _Turn(self, owner, key, info, chat["messages"], history, turn_id, ids)
 
         async def work() -> None:
             response = await gateway.open_upstream(upstream, route, CHAT_PATH, prepared, ctx, send, extra, profile)
@@ -269,10 +279,12 @@ class _Turn:
         info: ResponsesRequestInfo,
         messages: list[dict[str, Any]],
         history: list[Any],
+        response_id: str,
+        ids: IdFactory,
     ) -> None:
         self.api, self.owner, self.key, self.info = api, owner, key, info
         self.messages, self.history = messages, history
-        self.id = new_id("resp")
+        self.id, self.ids = response_id, ids
         self.created_at = int(time.time())
         self.limit = api.settings.max_upstream_event_bytes
 
@@ -306,7 +318,12 @@ class _Turn:
         try:
             completion = plain_answer("chat", response.status, raw, ctx)
             body = chat_to_response(
-                completion, self.info, response_id=self.id, created_at=self.created_at, key=self.key
+                completion,
+                self.info,
+                response_id=self.id,
+                created_at=self.created_at,
+                key=self.key,
+                id_factory=self.ids,
             )
         except OpenAIError as error:
             retry = retry_headers(response.headers) if response.status >= 400 else []
@@ -336,7 +353,9 @@ class _Turn:
                 error = failure
             await send_error(send, error, [*extra, *retry_headers(response.headers)])
             return
-        encoder = ResponsesStreamEncoder(self.info, response_id=self.id, created_at=self.created_at, key=self.key)
+        encoder = ResponsesStreamEncoder(
+            self.info, response_id=self.id, created_at=self.created_at, key=self.key, id_factory=self.ids
+        )
         held = _HeldTerminal(encoder)
         pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=self.limit, encoder=held)
         await send({"type": "http.response.start", "status": 200, "headers": [*relay.SSE_HEADERS, *extra]})

@@ -75,6 +75,9 @@ _KNOWN = frozenset(
         "prompt",
         "context_management",
         "moderation",
+        # Not in the published spec, but the API accepts it: a string map for the client's own request
+        # attribution (Codex CLI sends its turn metadata here on every request). Read, never sent upstream.
+        "client_metadata",
     }
 )
 # Defined by the official API, but they need state or services the gateway does not have.
@@ -155,6 +158,16 @@ def _metadata(value: Any) -> None:
             )
 
 
+def _client_metadata(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise invalid_type("client_metadata", "an object", value)
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise invalid_type(f"client_metadata.{key}", "a string", item)
+
+
 def _objects(body: Mapping[str, Any]) -> None:
     reasoning = body.get("reasoning")
     if reasoning is not None:
@@ -220,6 +233,7 @@ def check_request(body: Any) -> Mapping[str, Any]:
         )
     _enum(body.get("truncation"), "truncation", ("auto", "disabled"))
     _metadata(body.get("metadata"))
+    _client_metadata(body.get("client_metadata"))
     _objects(body)
     for name, why in _UNSUPPORTED.items():
         if body.get(name) is not None:

@@ -10,6 +10,8 @@ Usage and failure codes are mapped here too, since both the stream and the plain
 
 from __future__ import annotations
 
+import itertools
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +19,16 @@ from typing import Any
 
 from oaishim.wire.errors import OpenAIError
 
-__all__ = ["IdFactory", "ResponsesRequestInfo", "failure_code", "new_id", "response_object", "responses_usage"]
+__all__ = [
+    "IdFactory",
+    "ResponsesRequestInfo",
+    "failure_code",
+    "item_ids",
+    "new_id",
+    "response_object",
+    "response_of_item",
+    "responses_usage",
+]
 
 IdFactory = Callable[[str], str]
 INCLUDE_ENCRYPTED = "reasoning.encrypted_content"
@@ -27,6 +38,24 @@ INCLUDE_LOGPROBS = "message.output_text.logprobs"
 def new_id(prefix: str) -> str:
     """``resp_``, ``msg_``, ``rs_``, ``fc_`` + 48 hex digits, the length the real ids have."""
     return f"{prefix}_{secrets.token_hex(24)}"
+
+
+_ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{48})[0-9a-f]{4}")
+
+
+def item_ids(response_id: str) -> IdFactory:
+    """Ids for the items of one response (its input items and its output): the response's own 48
+    digits and a 4-digit counter, so that an ``item_reference`` to any of them names the stored
+    response to read (:func:`response_of_item`) without an index of items."""
+    digits = response_id.removeprefix("resp_")
+    counter = itertools.count()
+    return lambda prefix: f"{prefix}_{digits}{next(counter):04x}"
+
+
+def response_of_item(item_id: str) -> str | None:
+    """The response an id made by :func:`item_ids` belongs to; None for any other id."""
+    match = _ITEM_ID.fullmatch(item_id)
+    return None if match is None else f"resp_{match.group(1)}"
 
 
 @dataclass(slots=True)
@@ -62,6 +91,8 @@ class ResponsesRequestInfo:
     input_items: list[dict[str, Any]] = field(default_factory=list)
     # names of ``custom`` tools: the backend sees them as functions, the client gets custom calls back
     custom_tools: frozenset[str] = frozenset()
+    # chat names of the members of ``namespace`` tools -> (namespace, name) their calls are given back with
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def logprobs(self) -> bool:

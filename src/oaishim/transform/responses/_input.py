@@ -95,9 +95,15 @@ def _part(part: Any, param: str, role: str) -> dict[str, Any]:
 class InputMapper:
     """Reads input items in order; ``messages`` is the chat conversation, ``listed`` the items with ids."""
 
-    def __init__(self, key: bytes | None, new_id: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        key: bytes | None,
+        new_id: Callable[[str], str],
+        chat_name: Callable[[str | None, str], str] = lambda namespace, name: name,
+    ) -> None:
         self.key = key
         self.new_id = new_id
+        self.chat_name = chat_name  # (namespace, name) of a call item -> the name the backend knows it by
         self.messages: list[dict[str, Any]] = []
         self.listed: list[dict[str, Any]] = []
         self._turn: dict[str, Any] | None = None  # the assistant message being assembled
@@ -205,12 +211,18 @@ class InputMapper:
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         )
 
+    def _name(self, item: Mapping[str, Any], param: str) -> str:
+        namespace = item.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise invalid_type(f"{param}.namespace", "a string", namespace)
+        return self.chat_name(namespace, _string(item, "name", param))
+
     def _function_call(self, item: Mapping[str, Any], param: str) -> None:
-        self._call(_string(item, "call_id", param), _string(item, "name", param), _string(item, "arguments", param))
+        self._call(_string(item, "call_id", param), self._name(item, param), _string(item, "arguments", param))
 
     def _custom_tool_call(self, item: Mapping[str, Any], param: str) -> None:
         arguments = orjson.dumps({"input": _string(item, "input", param)}).decode()
-        self._call(_string(item, "call_id", param), _string(item, "name", param), arguments)
+        self._call(_string(item, "call_id", param), self._name(item, param), arguments)
 
     def _output(self, item: Mapping[str, Any], param: str) -> None:
         self.end_turn()

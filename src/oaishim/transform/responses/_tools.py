@@ -5,9 +5,17 @@
 * ``custom`` (free-form) tools have no chat equivalent a backend runs, so the backend sees a function
   taking one string, ``input``; the generator turns its calls back into ``custom_tool_call`` items
   (``ResponsesRequestInfo.custom_tools``). The tool's grammar cannot be enforced upstream.
-* Hosted tools (web search, file search, code interpreter, computer use, MCP, image generation,
-  local shell) run on OpenAI's side; a chat backend has none of them, so they are refused with a
-  400 naming ``tools[i].type`` rather than dropped (the model would answer without the tool).
+* ``namespace`` tools group function and custom tools under a name; the backend sees each member as a
+  tool of its own (named as it is; ``namespace__name`` only where two members or a top-level tool
+  share the name), and its calls come back as items with ``namespace`` and the member's name
+  (``ResponsesRequestInfo.namespaced``).
+* Hosted tools (web search, file search, code interpreter, computer use, MCP, image generation, and
+  the shell/patch tools whose calls are items of their own) have no chat form a backend could call.
+  They are accepted, echoed, and not offered upstream: under ``tool_choice: "auto"`` a model may
+  always answer without calling a tool, so the answer is one the official API could give too, and
+  agents that always send one (Codex CLI sends ``web_search`` on every turn) keep working. A request
+  that forces one (``tool_choice`` naming it, or ``required`` with no other tool) is refused with a
+  400 naming it: that answer cannot be given.
 * ``allowed_tools`` choices narrow the tools sent upstream to the ones allowed, with the choice's
   mode, which is what the official API does with them.
 """
@@ -15,12 +23,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from oaishim.transform.validate._errors import invalid_type, invalid_value, missing
+from oaishim.transform.validate._errors import empty_array, invalid_type, invalid_value, missing
 from oaishim.wire.errors import bad_request
 
-__all__ = ["HOSTED_TOOLS", "map_text_format", "map_tool_choice", "map_tools"]
+__all__ = ["HOSTED_TOOLS", "MappedTools", "map_text_format", "map_tool_choice", "map_tools"]
 
 HOSTED_TOOLS = (
     "web_search",
@@ -45,10 +54,14 @@ _CUSTOM_PARAMETERS = {
 }
 
 
-def _hosted(param: str, kind: str) -> Exception:
+def _is_hosted(kind: Any) -> bool:
+    return isinstance(kind, str) and (kind in HOSTED_TOOLS or kind.startswith(("web_search", "computer_use")))
+
+
+def _forced_hosted(param: str, kind: str) -> Exception:
     return bad_request(
-        f"The tool type '{kind}' is not supported by this server: it runs on the model provider's side, and this "
-        "model's server has no such tool. Only 'function' and 'custom' tools, which the client runs, are available.",
+        f"The tool type '{kind}' cannot be required on this server: it runs on the model provider's side, and this "
+        "model's server has no such tool. Only 'function' and 'custom' tools, which the client runs, can be called.",
         param,
         "unsupported_value",
     )
@@ -63,15 +76,81 @@ def _name(tool: Mapping[str, Any], param: str) -> str:
     return name
 
 
-def map_tools(tools: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], frozenset[str]]:
-    """-> (chat tools, tools as the response echoes them, names of custom tools)."""
+@dataclass(slots=True)
+class MappedTools:
+    chat: list[dict[str, Any]] = field(default_factory=list)  # the chat tools sent upstream
+    echo: list[dict[str, Any]] = field(default_factory=list)  # the tools as the response echoes them
+    custom: frozenset[str] = frozenset()  # chat names of custom tools
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)  # chat name -> (namespace, name)
+    hosted: tuple[str, ...] = ()  # the hosted tool types accepted but not offered upstream
+
+    def chat_name(self, namespace: str | None, name: str) -> str:
+        """The upstream name of a call the client sends back (``namespace`` from its item)."""
+        if namespace is None:
+            return name
+        for chat, where in self.namespaced.items():
+            if where == (namespace, name):
+                return chat
+        return name
+
+
+def _member(tool: Mapping[str, Any], param: str, kind: str, name: str) -> dict[str, Any]:
+    """One function or custom tool as chat's function (checked as the official API checks it)."""
+    description = tool.get("description")
+    if description is not None and not isinstance(description, str):
+        raise invalid_type(f"{param}.description", "a string", description)
+    function: dict[str, Any] = {"name": name}
+    if description is not None:
+        function["description"] = description
+    if kind == "custom":
+        function["parameters"] = _CUSTOM_PARAMETERS
+        return function
+    parameters = tool.get("parameters")
+    if parameters is not None and not isinstance(parameters, Mapping):
+        raise invalid_type(f"{param}.parameters", "an object", parameters)
+    strict = tool.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise invalid_type(f"{param}.strict", "a boolean", strict)
+    if parameters is not None:
+        function["parameters"] = parameters
+    if strict is not None:
+        function["strict"] = strict
+    return function
+
+
+def _members(tool: Mapping[str, Any], param: str) -> list[tuple[str, Mapping[str, Any], str]]:
+    """A namespace's tools as (param, tool, kind); the namespace's own fields checked."""
+    members = tool.get("tools")
+    if members is None:
+        raise missing(f"{param}.tools")
+    if not isinstance(members, list):
+        raise invalid_type(f"{param}.tools", "an array", members)
+    if not members:
+        raise empty_array(f"{param}.tools")
+    out = []
+    for j, member in enumerate(members):
+        where = f"{param}.tools[{j}]"
+        if not isinstance(member, Mapping):
+            raise invalid_type(where, "an object", member)
+        kind = member.get("type")
+        if kind is None:
+            raise missing(f"{where}.type")
+        if kind not in ("function", "custom"):
+            raise invalid_value(f"{where}.type", kind, ("function", "custom"))
+        out.append((where, member, str(kind)))
+    return out
+
+
+def map_tools(tools: Any) -> MappedTools:
+    """The request's ``tools``: checked, echoed, and the ones a chat backend can call as chat tools."""
+    mapped = MappedTools()
     if tools is None:
-        return [], [], frozenset()
+        return mapped
     if not isinstance(tools, list):
         raise invalid_type("tools", "an array", tools)
-    chat: list[dict[str, Any]] = []
-    echo: list[dict[str, Any]] = []
-    custom: set[str] = set()
+    # (namespace or None, param, tool, kind) for every tool the backend will see
+    flat: list[tuple[str | None, str, Mapping[str, Any], str]] = []
+    hosted: list[str] = []
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
@@ -80,51 +159,53 @@ def map_tools(tools: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], f
         kind = tool.get("type")
         if kind is None:
             raise missing(f"{param}.type")
-        if kind in HOSTED_TOOLS or (isinstance(kind, str) and kind.startswith(("web_search", "computer_use"))):
-            raise _hosted(f"{param}.type", kind)
-        if kind not in ("function", "custom"):
-            raise invalid_value(f"{param}.type", kind, ("function", "custom", *HOSTED_TOOLS))
+        if _is_hosted(kind):
+            hosted.append(kind)
+            mapped.echo.append(dict(tool))
+            continue
+        if kind not in ("function", "custom", "namespace"):
+            raise invalid_value(f"{param}.type", kind, ("function", "custom", "namespace", *HOSTED_TOOLS))
         name = _name(tool, param)
         if name in seen:
             raise bad_request(
                 f"Invalid 'tools': duplicate tool name '{name}'. Tool names must be unique.", "tools", "invalid_value"
             )
         seen.add(name)
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            raise invalid_type(f"{param}.description", "a string", description)
+        if kind == "namespace":
+            flat += [(name, where, member, member_kind) for where, member, member_kind in _members(tool, param)]
+            mapped.echo.append(dict(tool))
+            continue
+        flat.append((None, param, tool, kind))
         if kind == "function":
-            parameters = tool.get("parameters")
-            if parameters is not None and not isinstance(parameters, Mapping):
-                raise invalid_type(f"{param}.parameters", "an object", parameters)
-            strict = tool.get("strict")
-            if strict is not None and not isinstance(strict, bool):
-                raise invalid_type(f"{param}.strict", "a boolean", strict)
-            function: dict[str, Any] = {"name": name}
-            if description is not None:
-                function["description"] = description
-            if parameters is not None:
-                function["parameters"] = parameters
-            if strict is not None:
-                function["strict"] = strict
-            chat.append({"type": "function", "function": function})
-            echo.append(
+            function = _member(tool, param, kind, name)
+            mapped.echo.append(
                 {
                     "type": "function",
-                    "description": description,
+                    "description": function.get("description"),
                     "name": name,
-                    "parameters": parameters,
-                    "strict": strict,
+                    "parameters": function.get("parameters"),
+                    "strict": function.get("strict"),
                 }
             )
         else:
-            custom.add(name)
-            function = {"name": name, "parameters": _CUSTOM_PARAMETERS}
-            if description is not None:
-                function["description"] = description
-            chat.append({"type": "function", "function": function})
-            echo.append(dict(tool))
-    return chat, echo, frozenset(custom)
+            mapped.echo.append(dict(tool))
+    counts: dict[str, int] = {}
+    for _, param, tool, _ in flat:
+        counts[_name(tool, param)] = counts.get(_name(tool, param), 0) + 1
+    custom: set[str] = set()
+    for namespace, param, tool, kind in flat:
+        name = _name(tool, param)
+        chat_name = name if namespace is None or counts[name] == 1 else f"{namespace}__{name}"
+        if namespace is not None:
+            mapped.namespaced[chat_name] = (namespace, name)
+        if kind == "custom":
+            custom.add(chat_name)
+        function = _member(tool, param, kind, name)
+        function["name"] = chat_name
+        mapped.chat.append({"type": "function", "function": function})
+    mapped.custom = frozenset(custom)
+    mapped.hosted = tuple(hosted)
+    return mapped
 
 
 def _named(choice: Mapping[str, Any], param: str, names: set[str]) -> str:
@@ -136,14 +217,17 @@ def _named(choice: Mapping[str, Any], param: str, names: set[str]) -> str:
     return name
 
 
-def map_tool_choice(choice: Any, chat_tools: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+def map_tool_choice(choice: Any, tools: MappedTools) -> tuple[Any, list[dict[str, Any]]]:
     """-> (chat ``tool_choice`` or None for the default, the chat tools to send)."""
+    chat_tools = tools.chat
     if choice is None:
         return None, chat_tools
     names = {t["function"]["name"] for t in chat_tools}
     if isinstance(choice, str):
         if choice not in ("auto", "none", "required"):
             raise invalid_value("tool_choice", choice, ("auto", "none", "required"))
+        if choice == "required" and not chat_tools and tools.hosted:
+            raise _forced_hosted("tool_choice", tools.hosted[0])
         return choice, chat_tools
     if not isinstance(choice, Mapping):
         raise invalid_type("tool_choice", "one of a string or object", choice)
@@ -158,15 +242,19 @@ def map_tool_choice(choice: Any, chat_tools: list[dict[str, Any]]) -> tuple[Any,
         if not isinstance(allowed, list):
             raise invalid_type("tool_choice.tools", "an array", allowed)
         keep: set[str] = set()
+        skipped: list[str] = []
         for i, entry in enumerate(allowed):
             if not isinstance(entry, Mapping):
                 raise invalid_type(f"tool_choice.tools[{i}]", "an object", entry)
-            if entry.get("type") in HOSTED_TOOLS:
-                raise _hosted(f"tool_choice.tools[{i}].type", str(entry.get("type")))
+            if _is_hosted(entry.get("type")):
+                skipped.append(str(entry["type"]))
+                continue
             keep.add(_named(entry, f"tool_choice.tools[{i}]", names))
+        if mode == "required" and not keep and skipped:
+            raise _forced_hosted("tool_choice.tools[0].type", skipped[0])
         return mode, [t for t in chat_tools if t["function"]["name"] in keep]
-    if isinstance(kind, str) and (kind in HOSTED_TOOLS or kind.startswith(("web_search", "computer_use"))):
-        raise _hosted("tool_choice.type", kind)
+    if _is_hosted(kind):
+        raise _forced_hosted("tool_choice.type", str(kind))
     raise invalid_value("tool_choice.type", kind, ("function", "custom", "allowed_tools"))
 
 

@@ -10,7 +10,8 @@ text, tool-call fragments. It keeps the Responses grammar by construction:
   (``response.content_part.added``) before the first delta, and both are closed (``*.done`` with
   the whole text, ``response.output_item.done`` with the whole item) before the next item opens;
 * ids: ``rs_`` for reasoning, ``msg_`` for a message, ``fc_`` for a function call (its ``call_id``
-  is the chat call id, ``call_…``), ``ctc_`` for a custom tool call;
+  is the chat call id, ``call_…``), ``ctc_`` for a custom tool call; a call of a ``namespace``
+  member carries ``namespace`` and the member's own name;
 * raw reasoning (``reasoning_content``) is a ``reasoning_text`` content part with ``summary: []``:
   it is not a summary. With a seal function the done item carries ``encrypted_content``.
 
@@ -19,7 +20,7 @@ Events are returned as dicts without ``sequence_number``; the stream encoder num
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,10 +59,12 @@ class OutputBuilder:
         *,
         seal: Callable[[str], str] | None = None,
         custom_tools: frozenset[str] = frozenset(),
+        namespaced: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         self.new_id = new_id
         self.seal = seal
         self.custom_tools = custom_tools
+        self.namespaced = dict(namespaced or {})
         self.output: list[dict[str, Any]] = []  # closed items, in order
         self._open: _Open | None = None
         self._closed_calls: set[object] = set()
@@ -244,26 +247,18 @@ class OutputBuilder:
                     502, "the upstream started a tool call without a name", "server_error", None, "server_error"
                 )
             call_id = call_id or self.new_id("call")
-            if name in self.custom_tools:
-                item = {
-                    "id": self.new_id("ctc"),
-                    "type": "custom_tool_call",
-                    "status": "in_progress",
-                    "call_id": call_id,
-                    "input": "",
-                    "name": name,
-                }
-                out += self._open_item("custom_tool_call", item, key)
-            else:
-                item = {
-                    "id": self.new_id("fc"),
-                    "type": "function_call",
-                    "status": "in_progress",
-                    "arguments": "",
-                    "call_id": call_id,
-                    "name": name,
-                }
-                out += self._open_item("function_call", item, key)
+            custom = name in self.custom_tools
+            item: dict[str, Any] = (
+                {"id": self.new_id("ctc"), "type": "custom_tool_call", "status": "in_progress", "call_id": call_id}
+                | {"input": ""}
+                if custom
+                else {"id": self.new_id("fc"), "type": "function_call", "status": "in_progress", "arguments": ""}
+                | {"call_id": call_id}
+            )
+            if name in self.namespaced:  # a namespace member: the client's router wants both names
+                item["namespace"], name = self.namespaced[name]
+            item["name"] = name
+            out += self._open_item(str(item["type"]), item, key)
             cur = self._open
             assert cur is not None
         if arguments:

@@ -9,7 +9,7 @@ request's meaning moves over:
 * ``history`` (earlier turns, already chat messages: ``previous_response_id`` is resolved by the
   caller) -> before the input; ``input`` items -> messages (``_input``);
 * tools, ``tool_choice``, ``text.format`` -> chat tools, ``tool_choice``, ``response_format``
-  (``_tools``); ``reasoning.effort`` -> ``reasoning_effort``; ``max_output_tokens`` ->
+  (``_tools``: namespaces flattened, hosted tools echoed but not offered); ``reasoning.effort`` -> ``reasoning_effort``; ``max_output_tokens`` ->
   ``max_completion_tokens``; ``top_logprobs`` or ``include: ["message.output_text.logprobs"]`` ->
   ``logprobs``/``top_logprobs``; ``safety_identifier`` (or the older ``user``) -> ``user``;
 * streams always ask for usage (the terminal event carries it).
@@ -51,11 +51,11 @@ def responses_to_chat(
     came without an id.
     """
     body = check_request(body)
-    chat_tools, echo_tools, custom = map_tools(body.get("tools"))
-    tool_choice, chat_tools = map_tool_choice(body.get("tool_choice"), chat_tools)
+    tools = map_tools(body.get("tools"))
+    tool_choice, chat_tools = map_tool_choice(body.get("tool_choice"), tools)
     response_format, text_echo = map_text_format(body.get("text"))
 
-    mapper = InputMapper(key, id_factory)
+    mapper = InputMapper(key, id_factory, tools.chat_name)
     source = body["input"]
     if isinstance(source, str):
         mapper.text(source)
@@ -79,7 +79,7 @@ def responses_to_chat(
     info = ResponsesRequestInfo(
         model=body["model"],
         instructions=instructions,
-        tools=echo_tools,
+        tools=tools.echo,
         tool_choice=_echo_choice(body.get("tool_choice")),
         text=text_echo,
         reasoning={"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
@@ -101,7 +101,8 @@ def responses_to_chat(
         service_tier="default",
         include=include,
         input_items=mapper.listed,
-        custom_tools=custom,
+        custom_tools=tools.custom,
+        namespaced=tools.namespaced,
     )
 
     chat: dict[str, Any] = {"model": body["model"], "messages": messages}

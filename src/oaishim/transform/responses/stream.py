@@ -86,7 +86,7 @@ class ResponsesStreamEncoder:
         self.clock = clock
         self.framed = framed
         seal = (lambda text: seal_reasoning(key, text)) if key is not None and info.encrypted_reasoning else None
-        self.builder = OutputBuilder(id_factory, seal=seal, custom_tools=info.custom_tools)
+        self.builder = OutputBuilder(id_factory, seal=seal, custom_tools=info.custom_tools, namespaced=info.namespaced)
         created = int(clock()) if created_at is None else created_at
         self._response = response_object(info, response_id or id_factory("resp"), created)
         self._seq = 0
