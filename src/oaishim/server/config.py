@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from oaishim.server.knobs import (
     DEFAULT_PASSTHROUGH,
@@ -34,6 +34,8 @@ from oaishim.server.knobs import (
 )
 from oaishim.transform.context import ReasoningField
 from oaishim.transform.special import SpecialTokens
+
+AccessFormat = Literal["text", "json", "off"]
 
 __all__ = [
     "DEFAULT_PASSTHROUGH",
@@ -104,6 +106,9 @@ class Settings:
     state_max_age: float | None = 30 * 86400.0
     state_max_bytes: int = 8 * 1024 * 1024
     state_secret: str | None = None
+    # operating it: the access line's format (server.access) and the key GET /metrics asks for (None: none)
+    access_log: AccessFormat = "text"
+    metrics_key: str | None = None
 
     def route(self, model: str | None) -> ModelRoute | None:
         """The route for a client's model name; a single route serves any name."""
