@@ -175,6 +175,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="one line per request on stderr (logger oaishim.access): text (default), json or off",
     )
     p.add_argument("--metrics-key", metavar="KEY", help="a key GET /metrics asks for, as Bearer (default: none)")
+    p.add_argument(
+        "--limits",
+        metavar="URL",
+        help="where the virtual keys' limits are counted: memory (default, this process) or redis://… "
+        "(shared by replicas)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -249,6 +255,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             state_secret=args.state_secret,
             access_log=args.access_log,
             metrics_key=args.metrics_key,
+            limits=args.limits,
         )
     except ConfigError as exc:
         return _fail(str(exc))

@@ -39,6 +39,7 @@ from oaishim.server.asgi import (
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.exchange import Exchange, RequestIdFilter, StreamCount, current, new_request_id, note
+from oaishim.server.limits import limiter_for
 from oaishim.server.metrics import CONTENT_TYPE, Metrics
 from oaishim.server.recording import RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
@@ -86,7 +87,8 @@ class Gateway:
         """``upstream``: what the backends are reached through (the aiohttp client unless given;
         the tests give an in-process one)."""
         self.settings = settings
-        self.keys = KeyRing(settings.api_keys)
+        self.keys = KeyRing(settings.api_keys, settings.virtual_keys)
+        self.limiter = limiter_for(settings.limits, settings.virtual_keys)  # None: no key has a limit
         self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
         self.started = int(time.time())
@@ -94,7 +96,9 @@ class Gateway:
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).
-        self.secrets = secret_needles([*settings.api_keys, *(route.upstream_api_key for route in settings.models)])
+        self.secrets = secret_needles(
+            [*settings.client_keys, settings.metrics_key, *(route.upstream_api_key for route in settings.models)]
+        )
         self.responses = ResponsesAPI(self)  # /v1/responses and its store
         self.streams = StreamCount()
         self.metrics = Metrics(self.streams, self.recording.writer if self.recording is not None else None)
@@ -110,6 +114,8 @@ class Gateway:
         await self.responses.startup()
 
     async def shutdown(self) -> None:
+        if self.limiter is not None:
+            await self.limiter.close()
         await self.responses.shutdown()
         await self.upstreams.close()
         if self.recording is not None:
@@ -179,6 +185,8 @@ class Gateway:
             self.access.write(ex, ended)
             self.metrics.observe(ex, ended)
             ex.leave(token)
+            if ex.vkey is not None and self.limiter is not None and (ex.tokens_in or ex.tokens_out):
+                await self.limiter.charge(ex.vkey, (ex.tokens_in or 0) + (ex.tokens_out or 0))
 
     async def _http(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         method = scope["method"]
@@ -202,8 +210,19 @@ class Gateway:
                 raise unauthorized()
             await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
             return
-        if not self.keys.allows(header(scope, b"authorization"), header(scope, b"api-key")):
+        known, vkey = self.keys.identify(header(scope, b"authorization"), header(scope, b"api-key"))
+        if not known:
             raise unauthorized()
+        if vkey is not None:
+            ex.vkey, ex.key_label = vkey, vkey.label
+            generates = method == "POST" and (path in ENDPOINTS or path == "/v1/responses")
+            if generates and self.limiter is not None and (vkey.rpm or vkey.tpm):
+                decision = await self.limiter.admit(vkey)
+                if decision.refused:
+                    self.metrics.rate_limited.labels(vkey.label, decision.refused).inc()
+                    await send_error(send, decision.error(), [*decision.headers(), *decision.retry_after()])
+                    return
+                ex.headers_out = decision.headers()
         own = OWN_ROUTES.get(path)
         if own is not None and method != own:
             raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
@@ -238,6 +257,10 @@ class Gateway:
         """The route for the body's ``model``; the official 404 or 400 when there is none."""
         model = body.get("model") if isinstance(body, dict) else None
         route = self.settings.route(model) if isinstance(model, str) else None
+        ex = current()
+        vkey = ex.vkey if ex is not None else None
+        if route is not None and vkey is not None and vkey.models is not None:
+            route = route if route.name in vkey.models or model in vkey.models else None  # not this key's
         if route is None:
             if isinstance(model, str):
                 raise not_found(
@@ -343,6 +366,9 @@ class Gateway:
                 response.close()
             data = listing.get("data") if isinstance(listing, dict) else None
             names += [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        ex = current()
+        if ex is not None and ex.vkey is not None and ex.vkey.models is not None:
+            names = [n for n in names if n in ex.vkey.models]  # a key lists only the models it may use
         return list(dict.fromkeys(names))
 
     def _card(self, name: str) -> dict[str, Any]:

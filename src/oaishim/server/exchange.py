@@ -21,7 +21,8 @@ import secrets
 import time
 from collections.abc import Iterable
 
-from oaishim.server.asgi import Message, Scope, Send
+from oaishim.server.asgi import Headers, Message, Scope, Send
+from oaishim.server.config import VirtualKey
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.request import PreparedRequest
@@ -72,6 +73,7 @@ class Exchange:
         "endpoint",
         "first_token",
         "gone",
+        "headers_out",
         "key_label",
         "method",
         "model",
@@ -87,6 +89,7 @@ class Exchange:
         "tokens_out",
         "upstream_fault",
         "upstream_status",
+        "vkey",
         "wall",
     )
 
@@ -103,6 +106,8 @@ class Exchange:
         self.model: str | None = None  # a configured route name only (the metrics' cardinality is bounded)
         self.profile: str | None = None
         self.key_label: str | None = None
+        self.vkey: VirtualKey | None = None  # the virtual key presented, if one was
+        self.headers_out: Headers = []  # added to the response head (the key's x-ratelimit-*)
         self.stream = False
         self.status = 0
         self.upstream_status: int | None = None
@@ -140,7 +145,9 @@ class Exchange:
                 self.bytes_out += len(message.get("body", b""))
             elif kind == "http.response.start":
                 self.status = message["status"]
-                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid)]}
+                # one x-request-id, the gateway's: a backend's own (pass-through) is replaced
+                headers = [h for h in message.get("headers", ()) if h[0].lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, *self.headers_out, (b"x-request-id", rid)]}
             await send(message)
 
         return watched

@@ -193,6 +193,16 @@ def _metrics_key(value: Any, name: str) -> str:
     return value.strip()
 
 
+def _limits(value: Any, name: str) -> str | None:
+    """Where the virtual keys' limits are counted: memory (this process) or redis://…, rediss://…"""
+    text = value.strip() if isinstance(value, str) else ""
+    if text.lower() == "memory":
+        return None
+    if not text.lower().startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"{name}: expected memory or a redis:// URL, got {value!r}")
+    return text
+
+
 Parse = Callable[[Any, str], Any]
 
 
@@ -241,4 +251,5 @@ KNOBS: dict[str, Knob] = {
     # operating it (server.access, server.metrics)
     "access_log": Knob(_access_log),
     "metrics_key": Knob(_metrics_key),
+    "limits": Knob(_limits),
 }

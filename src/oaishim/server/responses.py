@@ -147,7 +147,7 @@ class ResponsesAPI:
         self.gateway = gateway
         self.settings = gateway.settings
         routes = [route.upstream_api_key for route in self.settings.models]
-        self.state = ResponseStore(self.settings, (*self.settings.api_keys, *routes))
+        self.state = ResponseStore(self.settings, (*self.settings.client_keys, *routes))
 
     async def startup(self) -> None:
         await self.state.startup()
