@@ -291,3 +291,17 @@ def test_metrics_needs_no_key_by_default_even_with_api_keys() -> None:
         assert made.call("GET", "/v1/models").status == 401
     finally:
         made.close()
+
+
+def test_the_gateways_metrics_never_reach_the_backend(harness: Harness) -> None:
+    assert "gen_ai_client_operation_duration_seconds" in harness.metrics()
+    assert harness.fake.seen == []
+
+
+def test_a_client_id_with_percent_signs_is_logged_as_it_is(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    harness.fake.push(Canned(b'{"choices": "nope"}'))
+    with caplog.at_level(logging.WARNING, logger="oaishim.relay"):
+        reply = harness.call("POST", "/v1/chat/completions", CHAT, {"x-request-id": "id-%s-%d"})
+    assert reply.headers["x-request-id"] == "id-%s-%d"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "oaishim.relay"]
+    assert warnings and warnings[0].startswith("[id-%s-%d] ")

@@ -38,7 +38,7 @@ from oaishim.server.asgi import (
 )
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.exchange import Exchange, RequestIdFilter, StreamCount, current, new_request_id, note
+from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note
 from oaishim.server.limits import limiter_for
 from oaishim.server.metrics import CONTENT_TYPE, Metrics
 from oaishim.server.recording import RecordingUpstream, recording_for
@@ -69,17 +69,7 @@ ENDPOINTS: dict[str, Endpoint] = {
 }
 # The gateway's own routes and the one method each answers; another method gets 405.
 OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/models": "GET", "/health": "GET"}
-# The loggers of the request path: their warnings and errors name the request (server.exchange)
-REQUEST_LOGGERS = ("oaishim.gateway", "oaishim.relay", "oaishim.response", "oaishim.responses", "oaishim.stream",
-                   "oaishim.upstream", "oaishim.state")  # fmt: skip
 UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
-
-
-def _name_requests() -> None:
-    for name in REQUEST_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RequestIdFilter) for f in logger.filters):
-            logger.addFilter(RequestIdFilter())
 
 
 class Gateway:
@@ -104,7 +94,7 @@ class Gateway:
         self.metrics = Metrics(self.streams, self.recording.writer if self.recording is not None else None)
         self.access = AccessLog(settings.access_log, self.secrets)
         self.metrics_key = KeyRing((settings.metrics_key,) if settings.metrics_key else ())
-        _name_requests()
+        name_requests()
 
     # -- lifespan ----------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -216,13 +206,9 @@ class Gateway:
         if vkey is not None:
             ex.vkey, ex.key_label = vkey, vkey.label
             generates = method == "POST" and (path in ENDPOINTS or path == "/v1/responses")
-            if generates and self.limiter is not None and (vkey.rpm or vkey.tpm):
-                decision = await self.limiter.admit(vkey)
-                if decision.refused:
-                    self.metrics.rate_limited.labels(vkey.label, decision.refused).inc()
-                    await send_error(send, decision.error(), [*decision.headers(), *decision.retry_after()])
-                    return
-                ex.headers_out = decision.headers()
+            if generates and self.limiter is not None and not await self.limiter.admit(vkey, ex, send):
+                self.metrics.rate_limited.labels(vkey.label, ex.limited).inc()
+                return
         own = OWN_ROUTES.get(path)
         if own is not None and method != own:
             raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")

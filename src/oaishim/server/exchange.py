@@ -75,6 +75,7 @@ class Exchange:
         "gone",
         "headers_out",
         "key_label",
+        "limited",
         "method",
         "model",
         "path",
@@ -107,6 +108,7 @@ class Exchange:
         self.profile: str | None = None
         self.key_label: str | None = None
         self.vkey: VirtualKey | None = None  # the virtual key presented, if one was
+        self.limited = ""  # the limit that refused the request ("requests", "tokens"), if one did
         self.headers_out: Headers = []  # added to the response head (the key's x-ratelimit-*)
         self.stream = False
         self.status = 0
@@ -236,6 +238,21 @@ def current() -> Exchange | None:
     return _current.get()
 
 
+# The loggers of the request path: their warnings and errors name the request
+REQUEST_LOGGERS = (
+    "oaishim.gateway", "oaishim.relay", "oaishim.response", "oaishim.responses", "oaishim.stream",
+    "oaishim.upstream", "oaishim.state", "oaishim.limits",
+)  # fmt: skip
+
+
+def name_requests() -> None:
+    """Put a :class:`RequestIdFilter` on each request-path logger (once)."""
+    for name in REQUEST_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RequestIdFilter) for f in logger.filters):
+            logger.addFilter(RequestIdFilter())
+
+
 class RequestIdFilter(logging.Filter):
     """Puts the current request's id on every log record (``record.request_id``, ``-`` outside a
     request) and, for warnings and errors, at the head of the message, so an error log names the
@@ -246,6 +263,6 @@ class RequestIdFilter(logging.Filter):
         rid = exchange.request_id if exchange is not None else "-"
         record.request_id = rid
         if exchange is not None and record.levelno >= logging.WARNING and not getattr(record, "_rid_added", False):
-            record.msg = f"[{rid}] {record.msg}"
+            record.msg = f"[{rid.replace('%', '%%')}] {record.msg}"  # a client's id may hold a %
             record._rid_added = True
         return True

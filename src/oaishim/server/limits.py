@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from oaishim.server.asgi import Headers
+from oaishim.server.asgi import Headers, Send, send_error
 from oaishim.server.config import VirtualKey
+from oaishim.server.exchange import Exchange
 from oaishim.wire.errors import OpenAIError
 
 __all__ = ["Decision", "Limiter", "LocalBuckets", "RedisBuckets", "limiter_for"]
@@ -196,9 +197,22 @@ class Limiter:
                 )  # fmt: skip
         return self.local.run(key, take, charge)
 
-    async def admit(self, key: VirtualKey) -> Decision:
+    async def decide(self, key: VirtualKey) -> Decision:
         """Take one request (refused: nothing is taken)."""
         return await self._run(key, 1, 0)
+
+    async def admit(self, key: VirtualKey, ex: Exchange, send: Send) -> bool:
+        """Take one request for ``key``: True, with its ``x-ratelimit-*`` noted for the answer; or
+        False once the client has its 429 (``ex.limited`` says which limit)."""
+        if not (key.rpm or key.tpm):
+            return True
+        decision = await self.decide(key)
+        if decision.refused:
+            ex.limited = decision.refused
+            await send_error(send, decision.error(), [*decision.headers(), *decision.retry_after()])
+            return False
+        ex.headers_out = decision.headers()
+        return True
 
     async def charge(self, key: VirtualKey, tokens: int) -> None:
         """The tokens a finished request used."""

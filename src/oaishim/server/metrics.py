@@ -14,10 +14,11 @@ chunk costs nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
@@ -36,7 +37,54 @@ ADDED_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
 # gen_ai.operation.name for each generating endpoint (the Responses API generates a chat turn)
 OPERATIONS = {"chat": "chat", "completions": "text_completion", "embeddings": "embeddings", "responses": "chat"}
 GEN_AI = ("gen_ai_operation_name", "gen_ai_request_model", "endpoint", "status_class", "profile")
-_Children = tuple[Histogram, Histogram, Histogram, Histogram, Histogram, Histogram]
+
+
+class _Series:
+    """One histogram series: a count per bucket and the sum, plain numbers (the event loop is the
+    only writer, and a scrape runs in it too: no lock, unlike prometheus_client's Histogram)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+
+class _Histogram(Collector):
+    """A labelled histogram whose ``observe`` is a bisect and two additions (a request observes a
+    handful; prometheus_client's takes a lock per bucket and series)."""
+
+    def __init__(
+        self, registry: CollectorRegistry, name: str, doc: str, labels: Sequence[str], bounds: Sequence[float]
+    ) -> None:
+        self.name, self.doc, self.labelnames = name, doc, tuple(labels)
+        self.bounds = tuple(float(b) for b in bounds)
+        self.series: dict[tuple[str, ...], _Series] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> _Series:
+        series = self.series.get(values)
+        if series is None:
+            series = self.series[values] = _Series(self.bounds)
+        return series
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+        for values, series in list(self.series.items()):
+            running, buckets = 0, []
+            for bound, count in zip((*self.bounds, float("inf")), series.counts, strict=True):
+                running += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+            family.add_metric(list(values), buckets, series.sum)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
 
 
 class _CaptureDrops(Collector):
@@ -54,40 +102,40 @@ class _CaptureDrops(Collector):
 class Metrics:
     def __init__(self, streams: StreamCount, capture: object = None) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self.duration = Histogram(
+        self.duration = _Histogram(
+            registry,
             "gen_ai_client_operation_duration_seconds",
             "GenAI operation duration: the whole request as the gateway's client saw it.",
             GEN_AI,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
+            DURATION_BUCKETS,
         )
-        self.tokens = Histogram(
+        self.tokens = _Histogram(
+            registry,
             "gen_ai_client_token_usage",
             "Number of input and output tokens used (from the backend's usage, when it sent one).",
             ("gen_ai_operation_name", "gen_ai_request_model", "gen_ai_token_type", "profile"),
-            buckets=TOKEN_BUCKETS,
-            registry=registry,
+            TOKEN_BUCKETS,
         )
-        self.ttft = Histogram(
+        self.ttft = _Histogram(
+            registry,
             "gen_ai_server_time_to_first_token_seconds",
             "Time to the first streamed event sent to the client, for successful streams.",
             ("gen_ai_operation_name", "gen_ai_request_model", "profile"),
-            buckets=TTFT_BUCKETS,
-            registry=registry,
+            TTFT_BUCKETS,
         )
-        self.tpot = Histogram(
+        self.tpot = _Histogram(
+            registry,
             "gen_ai_server_time_per_output_token_seconds",
             "Time per output token after the first, for successful streams with a usage.",
             ("gen_ai_operation_name", "gen_ai_request_model", "profile"),
-            buckets=TPOT_BUCKETS,
-            registry=registry,
+            TPOT_BUCKETS,
         )
-        self.added = Histogram(
+        self.added = _Histogram(
+            registry,
             "oaishim_added_seconds",
             "Time the gateway itself spent on a request: before the upstream request, and rewriting the answer.",
             ("endpoint", "gen_ai_request_model"),
-            buckets=ADDED_BUCKETS,
-            registry=registry,
+            ADDED_BUCKETS,
         )
         self.requests = Counter(
             "oaishim_requests", "Requests answered, by endpoint and status class.", ("endpoint", "status_class"),
@@ -113,14 +161,14 @@ class Metrics:
         open_streams = Gauge("oaishim_open_streams", "Streams being relayed now.", registry=registry)
         open_streams.set_function(lambda: float(streams.n))
         registry.register(_CaptureDrops(capture))
-        self._gen_ai: dict[tuple[str, ...], _Children] = {}
+        self._gen_ai: dict[tuple[str, ...], tuple[_Series, ...]] = {}
         self._plain: dict[tuple[str, str], Counter] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def _children(self, key: tuple[str, ...]) -> _Children:
-        """The label children for one combination, made once (``labels()`` costs a lock and a lookup)."""
+    def _children(self, key: tuple[str, ...]) -> tuple[_Series, ...]:
+        """The series of one label combination, looked up once and kept."""
         operation, model, endpoint, _status, profile = key
         children = (
             self.duration.labels(*key),
