@@ -169,6 +169,18 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the key that seals encrypted_content (default: a random key kept beside an SQLite store; "
         "required for PostgreSQL, the same on every replica)",
     )
+    p.add_argument(
+        "--access-log",
+        choices=("text", "json", "off"),
+        help="one line per request on stderr (logger oaishim.access): text (default), json or off",
+    )
+    p.add_argument("--metrics-key", metavar="KEY", help="a key GET /metrics asks for, as Bearer (default: none)")
+    p.add_argument(
+        "--limits",
+        metavar="URL",
+        help="where the virtual keys' limits are counted: memory (default, this process) or redis://… "
+        "(shared by replicas)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(run=_run_serve)
 
@@ -241,6 +253,9 @@ def _run_serve(args: argparse.Namespace) -> int:
             state_max_age=args.state_max_age,
             state_max_mb=args.state_max_mb,
             state_secret=args.state_secret,
+            access_log=args.access_log,
+            metrics_key=args.metrics_key,
+            limits=args.limits,
         )
     except ConfigError as exc:
         return _fail(str(exc))

@@ -18,6 +18,7 @@ from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import probe_paths, resolve
 from oaishim.server import relay
+from oaishim.server.access import AccessLog
 from oaishim.server.asgi import (
     AnswerBroken,
     BodyTooLarge,
@@ -31,11 +32,15 @@ from oaishim.server.asgi import (
     parse_json,
     read_body,
     scrubbing,
+    send_bytes,
     send_error,
     send_json,
 )
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note
+from oaishim.server.limits import limiter_for
+from oaishim.server.metrics import CONTENT_TYPE, Metrics
 from oaishim.server.recording import RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
 from oaishim.server.seam import Upstream, UpstreamResponse
@@ -64,6 +69,7 @@ ENDPOINTS: dict[str, Endpoint] = {
 }
 # The gateway's own routes and the one method each answers; another method gets 405.
 OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/models": "GET", "/health": "GET"}
+UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
 
 
 class Gateway:
@@ -71,7 +77,8 @@ class Gateway:
         """``upstream``: what the backends are reached through (the aiohttp client unless given;
         the tests give an in-process one)."""
         self.settings = settings
-        self.keys = KeyRing(settings.api_keys)
+        self.keys = KeyRing(settings.api_keys, settings.virtual_keys)
+        self.limiter = limiter_for(settings.limits, settings.virtual_keys)  # None: no key has a limit
         self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
         self.started = int(time.time())
@@ -79,8 +86,15 @@ class Gateway:
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).
-        self.secrets = secret_needles([*settings.api_keys, *(route.upstream_api_key for route in settings.models)])
+        self.secrets = secret_needles(
+            [*settings.client_keys, settings.metrics_key, *(route.upstream_api_key for route in settings.models)]
+        )
         self.responses = ResponsesAPI(self)  # /v1/responses and its store
+        self.streams = StreamCount()
+        self.metrics = Metrics(self.streams, self.recording.writer if self.recording is not None else None)
+        self.access = AccessLog(settings.access_log, self.secrets)
+        self.metrics_key = KeyRing((settings.metrics_key,) if settings.metrics_key else ())
+        name_requests()
 
     # -- lifespan ----------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -90,6 +104,8 @@ class Gateway:
         await self.responses.startup()
 
     async def shutdown(self) -> None:
+        if self.limiter is not None:
+            await self.limiter.close()
         await self.responses.shutdown()
         await self.upstreams.close()
         if self.recording is not None:
@@ -132,22 +148,35 @@ class Gateway:
             return
         if scope["type"] != "http":
             return
-        rec = None if self.recording is None or scope["path"] == "/health" else self.recording.begin(scope)
+        ex = Exchange(scope, self.streams)
+        if self.secrets and any(secret in ex.request_id.encode() for secret in self.secrets):
+            ex.request_id = new_request_id()  # a client's id that holds a key is never echoed or logged
+        token = ex.enter()
+        rec = None if self.recording is None or scope["path"] in UNLOGGED else self.recording.begin(scope)
         upstream = self.upstreams
         if rec is not None:
             receive, send = rec.wrap(receive, send)
             upstream = RecordingUpstream(upstream, rec)
         if self.secrets:
             send = scrubbing(send, self.secrets)
+        send = ex.watch(send)
         try:
             await self._http(scope, receive, send, upstream)
         except OpenAIError as error:
             await send_error(send, error)
-        except (ClientGone, AnswerBroken):
+        except ClientGone:
+            ex.gone = True
+        except AnswerBroken:
             return
         finally:
             if rec is not None:
                 rec.end()
+            ended = time.perf_counter()
+            self.access.write(ex, ended)
+            self.metrics.observe(ex, ended)
+            ex.leave(token)
+            if ex.vkey is not None and self.limiter is not None and (ex.tokens_in or ex.tokens_out):
+                await self.limiter.charge(ex.vkey, (ex.tokens_in or 0) + (ex.tokens_out or 0))
 
     async def _http(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         method = scope["method"]
@@ -158,23 +187,45 @@ class Gateway:
         except BadTarget as exc:
             shown = raw_path[:200].decode("latin-1")
             raise bad_request(f"Invalid URL ({method} {shown}): {exc.reason}") from None
+        ex = current()
+        assert ex is not None
+        ex.path = path
         if path == "/health" and method == "GET":
+            ex.endpoint = "health"
             await send_json(send, 200, {"status": "ok"})
             return
-        if not self.keys.allows(header(scope, b"authorization"), header(scope, b"api-key")):
+        if path == "/metrics" and method == "GET":
+            ex.endpoint = "metrics"
+            if not self.metrics_key.allows(header(scope, b"authorization")):
+                raise unauthorized()
+            await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
+            return
+        known, vkey = self.keys.identify(header(scope, b"authorization"), header(scope, b"api-key"))
+        if not known:
             raise unauthorized()
+        if vkey is not None:
+            ex.vkey, ex.key_label = vkey, vkey.label
+            generates = method == "POST" and (path in ENDPOINTS or path == "/v1/responses")
+            if generates and self.limiter is not None and not await self.limiter.admit(vkey, ex, send):
+                self.metrics.rate_limited.labels(vkey.label, ex.limited).inc()
+                return
         own = OWN_ROUTES.get(path)
         if own is not None and method != own:
             raise OpenAIError(405, f"Invalid method for URL ({method} {path})", "invalid_request_error")
         if path in ENDPOINTS:
+            ex.endpoint = ENDPOINTS[path]
             await self._openai(ENDPOINTS[path], path, receive, send, upstream)
         elif path == "/v1/responses" or path.startswith("/v1/responses/"):
+            ex.endpoint = "responses" if path == "/v1/responses" else "responses_store"
             await self.responses.serve(method, path, scope, receive, send, upstream)
         elif path == "/v1/models":
+            ex.endpoint = "models"
             await self._models(send)
         elif path.startswith("/v1/models/") and method == "GET":
+            ex.endpoint = "models"
             await self._model(path.removeprefix("/v1/models/"), send)
         else:
+            ex.endpoint = "passthrough"
             verdict = allowed(self.passthrough, method, path)
             if verdict is None or not self.settings.models:
                 raise not_found(f"Invalid URL ({method} {path})")
@@ -192,6 +243,10 @@ class Gateway:
         """The route for the body's ``model``; the official 404 or 400 when there is none."""
         model = body.get("model") if isinstance(body, dict) else None
         route = self.settings.route(model) if isinstance(model, str) else None
+        ex = current()
+        vkey = ex.vkey if ex is not None else None
+        if route is not None and vkey is not None and vkey.models is not None:
+            route = route if route.name in vkey.models or model in vkey.models else None  # not this key's
         if route is None:
             if isinstance(model, str):
                 raise not_found(
@@ -209,6 +264,7 @@ class Gateway:
         prepared = rewrite(endpoint, client, profile, upstream_model=route.upstream_model)
         ctx = response_context(endpoint, prepared, self.settings, profile.display_markup)
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
+        note(route.name, profile.name, prepared)
         if isinstance(upstream, RecordingUpstream):
             upstream.recorder.raw.profile = profile.name
         work = self._exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
@@ -250,7 +306,15 @@ class Gateway:
         profile: Profile,
     ) -> UpstreamResponse | None:
         """Send the prepared request; None when the client already has its error."""
-        response = await upstream.open(route, "POST", path, orjson.dumps(prepared.body))
+        ex = current()
+        if ex is not None:
+            ex.sending()
+        try:
+            response = await upstream.open(route, "POST", path, orjson.dumps(prepared.body))
+        except OpenAIError as failure:
+            if ex is not None:
+                ex.fault(failure)
+            raise
         refusal = profile.auto_tools_refusal
         parses_tools = ctx.repair is not None and ctx.repair.tools
         if response.status == 400 and refusal and parses_tools and prepared.tool_choice == "auto":
@@ -266,7 +330,11 @@ class Gateway:
                 return None
             log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
             body = {**prepared.body, "tool_choice": "none"}
+            if ex is not None:
+                ex.repaired(("tool_choice_none_resent",))
             response = await upstream.open(route, "POST", path, orjson.dumps(body))
+        if ex is not None:
+            ex.opened(response.status)
         return response
 
     async def _names(self) -> list[str]:
@@ -284,6 +352,9 @@ class Gateway:
                 response.close()
             data = listing.get("data") if isinstance(listing, dict) else None
             names += [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        ex = current()
+        if ex is not None and ex.vkey is not None and ex.vkey.models is not None:
+            names = [n for n in names if n in ex.vkey.models]  # a key lists only the models it may use
         return list(dict.fromkeys(names))
 
     def _card(self, name: str) -> dict[str, Any]:

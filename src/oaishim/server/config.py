@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from oaishim.server.knobs import (
     DEFAULT_PASSTHROUGH,
@@ -35,6 +35,8 @@ from oaishim.server.knobs import (
 from oaishim.transform.context import ReasoningField
 from oaishim.transform.special import SpecialTokens
 
+AccessFormat = Literal["text", "json", "off"]
+
 __all__ = [
     "DEFAULT_PASSTHROUGH",
     "KNOBS",
@@ -42,6 +44,7 @@ __all__ = [
     "ConfigError",
     "ModelRoute",
     "Settings",
+    "VirtualKey",
     "build_settings",
     "default_state_path",
     "is_postgres",
@@ -57,6 +60,19 @@ class ModelRoute:
     profile: str = "auto"
     upstream_model: str | None = None
     upstream_api_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualKey:
+    """A client key from the config's ``keys`` with what it may do: the models it may use (None:
+    every one), requests and tokens per minute (None: no bound), and the label the metrics and the
+    access line show for it (never the key)."""
+
+    key: str
+    label: str
+    models: frozenset[str] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +120,18 @@ class Settings:
     state_max_age: float | None = 30 * 86400.0
     state_max_bytes: int = 8 * 1024 * 1024
     state_secret: str | None = None
+    # operating it: the access line's format (server.access) and the key GET /metrics asks for (None: none)
+    access_log: AccessFormat = "text"
+    metrics_key: str | None = None
+    # virtual keys (the config's ``keys``) and where their limits are counted: None for this
+    # process's memory, redis://… for a Redis shared by replicas (server.limits)
+    virtual_keys: tuple[VirtualKey, ...] = ()
+    limits: str | None = None
+
+    @property
+    def client_keys(self) -> tuple[str, ...]:
+        """Every key a client may present: ``api_keys`` and the virtual keys."""
+        return (*self.api_keys, *(v.key for v in self.virtual_keys))
 
     def route(self, model: str | None) -> ModelRoute | None:
         """The route for a client's model name; a single route serves any name."""
@@ -163,6 +191,40 @@ def _routes(entries: Any) -> tuple[ModelRoute, ...]:
     return tuple(routes)
 
 
+def _virtual_keys(entries: Any, routes: set[str]) -> tuple[VirtualKey, ...]:
+    if not isinstance(entries, list):
+        raise ConfigError("keys: expected a list of tables (key, label, models, rpm, tpm)")
+    out: list[VirtualKey] = []
+    for i, entry in enumerate(entries):
+        where = f"keys[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("key"), str) or len(entry["key"]) < 8:
+            raise ConfigError(f"{where}: needs a key of at least 8 characters")
+        unknown = sorted(set(entry) - {"key", "label", "models", "rpm", "tpm"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown setting {unknown[0]!r}")
+        label = entry.get("label", f"key{i}")
+        if not isinstance(label, str) or not label.strip() or len(label) > 64:
+            raise ConfigError(f"{where}.label: expected a short name")
+        models = entry.get("models")
+        if models is not None:
+            if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+                raise ConfigError(f"{where}.models: expected a list of model names")
+            missing = [m for m in models if m not in routes]
+            if missing and "*" not in routes:
+                raise ConfigError(f"{where}.models: {missing[0]!r} is not a configured model")
+        limits = {}
+        for name in ("rpm", "tpm"):
+            value = entry.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{where}.{name}: expected a whole number of 1 or more")
+            limits[name] = value
+        out.append(VirtualKey(entry["key"], label.strip(), frozenset(models) if models is not None else None, **limits))
+    labels = [v.label for v in out]
+    if len(set(labels)) != len(labels) or len({v.key for v in out}) != len(out):
+        raise ConfigError("keys: each key and each label must be unique")
+    return tuple(out)
+
+
 def build_settings(
     *,
     upstream: str | None = None,
@@ -195,6 +257,8 @@ def build_settings(
     values["models"] = _models(data, upstream, profile, served_model_name, upstream_api_key)
     keys = tuple(api_keys) or _keys(_env("API_KEYS") or _env("API_KEY") or "", "OAISHIM_API_KEYS")
     values["api_keys"] = keys or _keys(data.get("api_keys", []), "api_keys")
+    if "keys" in data:
+        values["virtual_keys"] = _virtual_keys(data["keys"], {r.name for r in values["models"]})
     store, secret = values.get("state"), values.get("state_secret")
     if store is not None and is_postgres(store) and secret is None:
         # every replica must seal and open encrypted_content with one key: a key made up per

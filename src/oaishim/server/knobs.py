@@ -27,7 +27,10 @@ REASONING_FIELDS: tuple[ReasoningField, ...] = ("reasoning_content", "reasoning"
 # Admin routes (vLLM /v1/load_lora_adapter, /sleep; SGLang /flush_cache, …) stay out unless listed.
 DEFAULT_PASSTHROUGH = ("POST /tokenize", "POST /detokenize", "GET /version")
 # The paths the gateway answers itself: no pass-through rule may cover them.
-GATEWAY_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses", "/health")
+GATEWAY_PATHS = (
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses", "/health", "/metrics",
+)  # fmt: skip
+ACCESS_FORMATS = ("text", "json", "off")
 
 
 class ConfigError(ValueError):
@@ -178,6 +181,28 @@ def _secret(value: Any, name: str) -> str:
     return value
 
 
+def _access_log(value: Any, name: str) -> str:
+    if isinstance(value, str) and value.strip().lower() in ACCESS_FORMATS:
+        return value.strip().lower()
+    raise ConfigError(f"{name}: {value!r} is not one of {', '.join(ACCESS_FORMATS)}")
+
+
+def _metrics_key(value: Any, name: str) -> str:
+    if not isinstance(value, str) or len(value.strip()) < 8:
+        raise ConfigError(f"{name}: expected a key of at least 8 characters")
+    return value.strip()
+
+
+def _limits(value: Any, name: str) -> str | None:
+    """Where the virtual keys' limits are counted: memory (this process) or redis://…, rediss://…"""
+    text = value.strip() if isinstance(value, str) else ""
+    if text.lower() == "memory":
+        return None
+    if not text.lower().startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"{name}: expected memory or a redis:// URL, got {value!r}")
+    return text
+
+
 Parse = Callable[[Any, str], Any]
 
 
@@ -223,4 +248,8 @@ KNOBS: dict[str, Knob] = {
     "state_max_age": Knob(_numeric(float, 0, zero=True)),
     "state_max_mb": Knob(_megabytes, "state_max_bytes"),
     "state_secret": Knob(_secret),
+    # operating it (server.access, server.metrics)
+    "access_log": Knob(_access_log),
+    "metrics_key": Knob(_metrics_key),
+    "limits": Knob(_limits),
 }

@@ -235,7 +235,7 @@ def recording_for(settings: Settings) -> Recording | None:
     keys are scrubbed from records wherever they appear, besides the redacted headers."""
     if settings.capture_dir is None:
         return None
-    secrets = [*settings.api_keys, *(route.upstream_api_key for route in settings.models)]
+    secrets = [*settings.client_keys, *(route.upstream_api_key for route in settings.models)]
     return Recording(
         settings.capture_dir,
         mode="gateway",

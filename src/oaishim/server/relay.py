@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
 from oaishim.server.config import Settings
+from oaishim.server.exchange import current as current_exchange
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pipe import StreamPipe, plain_answer, upstream_too_large
@@ -56,11 +58,16 @@ async def relay_plain(
         raw = await read_all(response, limit)
     except OpenAIError as error:
         response.close()  # the rest of the body is not read: the connection cannot be reused
+        fault(error)
         await send_error(send, error, extra)
         return
+    ex = current_exchange()
+    began = time.perf_counter()
     try:
         out = plain_answer(endpoint, response.status, raw, ctx)
     except OpenAIError as error:
+        if ex is not None and response.status < 400:
+            ex.fault(error)  # a body that cannot be read
         retry = retry_headers(response.headers) if response.status >= 400 else []
         await send_error(send, error, [*extra, *retry])
         return
@@ -71,7 +78,16 @@ async def relay_plain(
         )
         await send_error(send, failure, extra)
         return
+    if ex is not None:
+        ex.answered(ctx, out, time.perf_counter() - began)
     await send_json(send, 200, out, extra)
+
+
+def fault(error: OpenAIError) -> None:
+    """Note, for the operator, that the backend failed this request."""
+    ex = current_exchange()
+    if ex is not None:
+        ex.fault(error)
 
 
 async def _client_gone(receive: Receive) -> None:
@@ -106,6 +122,9 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
         if not gone or task.uncancel() > 0:  # not ours alone: the server is shutting down
             raise
         log.info("client went away; closed the upstream request")
+        ex = current_exchange()
+        if ex is not None:
+            ex.gone = True
     else:
         if gone:  # the work swallowed our cancel: take it back, or a later timeout in this task misfires
             task.uncancel()
@@ -133,13 +152,23 @@ async def relay_stream(
     pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=limit)
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
     tail = b""
+    ex = current_exchange()
+    if ex is not None:
+        ex.stream_open()
+    perf = time.perf_counter
+    first: float | None = None
+    spent = 0.0  # the pipe's own time (the gateway's), without the waits for the upstream and the client
     try:
         if (response.content_length or 0) > limit:
             tail = pipe.fail(upstream_too_large(limit, "a body"))
         else:
             async for piece in response.pieces():
+                began = perf()
                 out = pipe.feed(piece)
+                done = perf()
+                spent += done - began
                 if out:
+                    first = done if first is None else first
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if pipe.close_upstream:
                     break
@@ -153,4 +182,6 @@ async def relay_stream(
         tail = pipe.fail(upstream_error(f"The gateway failed to relay the upstream's answer ({ctx.response_id})."))
     finally:
         response.close()  # also when cancelled because the client went away: the backend stops now
+        if ex is not None:
+            ex.streamed(pipe, first, spent)
     await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -35,6 +35,7 @@ from oaishim.server import relay
 from oaishim.server.asgi import Headers, Receive, Scope, Send, header, parse_json, send_error, send_json
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.exchange import current, note
 from oaishim.server.recording import RecordingUpstream
 from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.store import ResponseStore, tenant
@@ -149,7 +150,7 @@ class ResponsesAPI:
         self.gateway = gateway
         self.settings = gateway.settings
         routes = [route.upstream_api_key for route in self.settings.models]
-        self.state = ResponseStore(self.settings, (*self.settings.api_keys, *routes))
+        self.state = ResponseStore(self.settings, (*self.settings.client_keys, *routes))
 
     async def startup(self) -> None:
         await self.state.startup()
@@ -249,6 +250,7 @@ class ResponsesAPI:
         # The encoder reads reasoning from reasoning_content whatever the chat setting says.
         ctx = replace(ctx, reasoning_field="reasoning_content", keep_extensions=False, context_param="input")
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
+        note(route.name, profile.name, prepared)
         if isinstance(upstream, RecordingUpstream):
             upstream.recorder.raw.profile = profile.name
         turn = _Turn(self, owner, key, info, chat["messages"], history, turn_id, ids)
@@ -313,8 +315,10 @@ class _Turn:
             raw = await relay.read_all(response, self.limit)
         except OpenAIError as error:
             response.close()
+            relay.fault(error)
             await send_error(send, error, extra)
             return
+        began = time.perf_counter()
         try:
             completion = plain_answer("chat", response.status, raw, ctx)
             body = chat_to_response(
@@ -326,6 +330,8 @@ class _Turn:
                 id_factory=self.ids,
             )
         except OpenAIError as error:
+            if response.status < 400:
+                relay.fault(error)
             retry = retry_headers(response.headers) if response.status >= 400 else []
             await send_error(send, error, [*extra, *retry])
             return
@@ -341,6 +347,9 @@ class _Turn:
         except StoreError as error:
             await send_error(send, error.openai(), extra)
             return
+        ex = current()
+        if ex is not None:
+            ex.answered(ctx, body, time.perf_counter() - began)
         await send_json(send, 200, body, extra)
 
     async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
@@ -361,13 +370,23 @@ class _Turn:
         await send({"type": "http.response.start", "status": 200, "headers": [*relay.SSE_HEADERS, *extra]})
         await send({"type": "http.response.body", "body": b"".join(encoder.start()), "more_body": True})
         tail = b""
+        ex = current()
+        if ex is not None:
+            ex.stream_open()
+        perf = time.perf_counter
+        first: float | None = None
+        spent = 0.0  # the pipe's own time, as in relay.relay_stream
         try:
             if (response.content_length or 0) > self.limit:
                 tail = pipe.fail(upstream_too_large(self.limit, "a body"))
             else:
                 async for piece in response.pieces():
+                    began = perf()
                     out = pipe.feed(piece)
+                    done = perf()
+                    spent += done - began
                     if out:
+                        first = done if first is None else first
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                     if pipe.close_upstream:
                         break
@@ -381,6 +400,8 @@ class _Turn:
             )
         finally:
             response.close()  # the backend is done (or stops now); only the store write remains
+            if ex is not None:
+                ex.streamed(pipe, first, spent)
         terminal = held.terminal
         try:
             await self._keep(encoder.response)

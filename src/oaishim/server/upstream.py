@@ -19,6 +19,7 @@ import aiohttp
 from yarl import URL
 
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.exchange import current
 from oaishim.server.seam import RawHeaders, SentRequest
 from oaishim.wire.errors import OpenAIError, bad_request, timeout
 from oaishim.wire.paths import BadTarget, join_upstream
@@ -40,6 +41,9 @@ def request_headers(route: ModelRoute, content_type: str | None) -> dict[str, st
         headers["content-type"] = content_type
     if route.upstream_api_key:
         headers["authorization"] = f"Bearer {route.upstream_api_key}"
+    ex = current()
+    if ex is not None:
+        headers["x-request-id"] = ex.request_id  # one id across the client's, the gateway's and the backend's logs
     return headers
 
 

@@ -31,6 +31,7 @@ class ResponseContext:
     context_param: str = "messages"  # what a context overflow blames: messages, prompt or input
     response_id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    repairs: set[str] = field(default_factory=set)  # the kinds of repair the answer needed (for the operator)
 
     def __post_init__(self) -> None:
         if not self.response_id:

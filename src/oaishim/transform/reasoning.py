@@ -49,7 +49,7 @@ _NEWLINES = "\r\n"
 class ReasoningSplitter:
     """Incremental ``<think>`` splitter for one choice: ``feed(text)`` / ``flush()`` → pieces."""
 
-    __slots__ = ("_after_tag", "_close", "_first_chars", "_held", "_kind", "_max_held", "_open")
+    __slots__ = ("_after_tag", "_close", "_first_chars", "_held", "_kind", "_max_held", "_open", "split")
 
     def __init__(
         self, *, starts_in_reasoning: bool = False, open_tag: str = "<think>", close_tag: str = "</think>"
@@ -65,6 +65,7 @@ class ReasoningSplitter:
         # Directly after a tag (or at the start, when the template opened <think>): newlines are framing.
         self._after_tag = starts_in_reasoning
         self._held = ""  # a suffix that may be the start of a tag
+        self.split = False  # a tag was found: the text was split (for the operator's repair counts)
 
     def __repr__(self) -> str:
         trimming = " dropping-newlines" if self._after_tag else ""
@@ -101,7 +102,7 @@ class ReasoningSplitter:
                 at, end, kind = closes, closes + len(self._close), "content"
             if at:
                 out.append(Text(self._kind, buf[:at]))
-            self._kind, self._after_tag = kind, True
+            self._kind, self._after_tag, self.split = kind, True, True
             buf = buf[end:]
         return out
 

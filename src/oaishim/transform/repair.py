@@ -79,6 +79,19 @@ class TextRepair:
     def calls_made(self) -> int:
         return self.parser.calls_made if self.parser is not None else 0
 
+    def applied(self) -> list[str]:
+        """The repairs this text needed, by kind (asked once, when the choice ends)."""
+        kinds = []
+        if self.splitter is not None and self.splitter.split:
+            kinds.append("think_split")
+        if self.calls_made:
+            kinds.append("tool_calls_parsed")
+        if self.stopper is not None and self.stopper.hit is not None:
+            kinds.append("stop_enforced")
+        if self.saw_end_of_turn:
+            kinds.append("end_of_turn")
+        return kinds
+
     def feed(self, text: str) -> list[Piece]:
         if self.stopper is not None:
             text = self.stopper.feed(text)
@@ -149,10 +162,13 @@ def plan_tool_names(tools: Sequence[object] | None) -> frozenset[str]:
     return frozenset(names)
 
 
-def repair_text(text: str, plan: RepairPlan) -> tuple[list[Piece], bool]:
-    """A whole text at once (plain bodies): the same pipeline, so both paths agree."""
+def repair_text(text: str, plan: RepairPlan, applied: set[str] | None = None) -> tuple[list[Piece], bool]:
+    """A whole text at once (plain bodies): the same pipeline, so both paths agree. The kinds of
+    repair it needed are added to ``applied`` when given."""
     repair = TextRepair(plan)
     pieces = repair.feed(text) + repair.flush()
+    if applied is not None:
+        applied.update(repair.applied())
     return pieces, repair.stopped
 
 

@@ -97,6 +97,7 @@ class PreparedRequest:
     stop: list[str] = field(default_factory=list)
     include_stop_str_in_output: bool = False
     max_tokens: int | None = None
+    repairs: list[str] = field(default_factory=list)  # what the rewrite changed, by kind (for the operator)
 
 
 def _text(content: Any) -> str:
@@ -240,6 +241,7 @@ def rewrite(
     learns the backend's profile, which may take a request to the backend)."""
     out = {k: v for k, v in client.items() if not (v is None and k in _NULL_IS_DEFAULT)}
     dropped: list[str] = []
+    repairs: list[str] = []
     stream = client.get("stream") is True
     options = client.get("stream_options")
     include_usage = stream and isinstance(options, Mapping) and options.get("include_usage") is True
@@ -251,6 +253,8 @@ def rewrite(
         rewritten = _rewrite_messages(messages, profile)
         if len(rewritten) != len(messages) or any(a is not b for a, b in zip(rewritten, messages, strict=False)):
             out["messages"] = rewritten
+            if profile.developer_to_system and any(m.get("role") == "developer" for m in messages):
+                repairs.append("developer_merged")
     if endpoint != "embeddings":
         _set_limit(out, limit, endpoint, profile)
         _set_stream_options(out, include_usage, profile, dropped)
@@ -282,4 +286,5 @@ def rewrite(
         stop=_stops(client.get("stop")),
         include_stop_str_in_output=client.get("include_stop_str_in_output") is True,
         max_tokens=limit,
+        repairs=repairs,
     )

@@ -89,7 +89,7 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
     reasoning = _parts.reasoning_text(upstream)
     finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
     if isinstance(text, str) and text and ctx.repair is not None and ctx.repair.active:
-        pieces, stopped = repair_text(text, ctx.repair)
+        pieces, stopped = repair_text(text, ctx.repair, ctx.repairs)
         text = join_text(pieces, "content")
         reasoning += join_text(pieces, "reasoning")
         calls += _repaired_calls(pieces)
@@ -147,7 +147,7 @@ def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
     finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
     text = _parts.text_or_none(choice.get("text"), f"choices[{i}].text") or ""
     if text and ctx.repair is not None and ctx.repair.active:  # stops, special tokens: as the stream does
-        pieces, stopped = repair_text(text, ctx.repair)
+        pieces, stopped = repair_text(text, ctx.repair, ctx.repairs)
         text = join_text(pieces, "content")
         finish = "stop" if stopped else finish
     result: dict[str, Any] = {

@@ -364,6 +364,7 @@ class StreamNormalizer:
             if state.repair.stopped:
                 upstream = "stop"
                 self.stop_seen = True
+            self.ctx.repairs.update(state.repair.applied())
         if self.ctx.chat and state.state == "waiting":
             out += self._open(state, "content")
         for call in state.calls.values():

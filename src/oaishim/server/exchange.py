@@ -1,0 +1,268 @@
+"""One request as the operator sees it: its id, and what the access line and the metrics report.
+
+The gateway makes one :class:`Exchange` per HTTP request in its ASGI entry point and keeps it in a
+context variable for the request's task, so the parts that know a fact note it where they are
+(the relay: the upstream status, the first streamed byte, the usage; the upstream client: the id
+it sends) without threading one more argument through every call. Noting a fact is an attribute
+write; the access line and the metrics are made once, at the request's end (``server.access``,
+``server.metrics``).
+
+The request id is OpenAI's ``x-request-id``: the client's own ``x-request-id`` or
+``x-client-request-id`` when it is sane (at most 128 printable ASCII characters, no spaces), else
+a new ``req_`` id. It is sent back on every response, sent upstream, and written in the access
+line, in the capture record (its headers both ways) and in the gateway's error logs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import secrets
+import time
+from collections.abc import Iterable
+
+from oaishim.server.asgi import Headers, Message, Scope, Send
+from oaishim.server.config import VirtualKey
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.pipe import StreamPipe
+from oaishim.transform.request import PreparedRequest
+from oaishim.wire.errors import OpenAIError
+
+__all__ = [
+    "Exchange",
+    "RequestIdFilter",
+    "StreamCount",
+    "current",
+    "fault_cause",
+    "new_request_id",
+    "note",
+    "request_id_from",
+]
+
+MAX_ID = 128
+_PRINTABLE = frozenset(range(0x21, 0x7F))  # visible ASCII: no space, no control byte, nothing to split a log line
+_current: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("oaishim_exchange", default=None)
+
+
+def _sane(value: bytes | None) -> str | None:
+    if not value or len(value) > MAX_ID or not _PRINTABLE.issuperset(value):
+        return None
+    return value.decode("ascii")
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(16)  # OpenAI's shape: req_ and 32 hex digits
+
+
+def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The client's ``x-request-id`` (else ``x-client-request-id``) when sane, else a new one."""
+    given: dict[bytes, bytes] = {}
+    for key, value in headers:
+        if key in (b"x-request-id", b"x-client-request-id") and key not in given:
+            given[key] = bytes(value)
+    return _sane(given.get(b"x-request-id")) or _sane(given.get(b"x-client-request-id")) or new_request_id()
+
+
+class Exchange:
+    """What one request did. Times are ``time.perf_counter()`` seconds."""
+
+    __slots__ = (
+        "added",
+        "bytes_out",
+        "client",
+        "endpoint",
+        "first_token",
+        "gone",
+        "headers_out",
+        "key_label",
+        "limited",
+        "method",
+        "model",
+        "path",
+        "profile",
+        "repairs",
+        "request_id",
+        "started",
+        "status",
+        "stream",
+        "streams",
+        "tokens_in",
+        "tokens_out",
+        "upstream_fault",
+        "upstream_status",
+        "vkey",
+        "wall",
+    )
+
+    def __init__(self, scope: Scope, streams: StreamCount | None = None) -> None:
+        self.streams = streams
+        self.started = time.perf_counter()
+        self.wall = time.time()
+        self.request_id = request_id_from(scope.get("headers", ()))
+        client = scope.get("client")
+        self.client = f"{client[0]}:{client[1]}" if client else "-"
+        self.method: str = scope.get("method", "-")
+        self.path: str = scope.get("path", "-")
+        self.endpoint = "other"  # chat, completions, embeddings, responses, models, health, metrics, passthrough
+        self.model: str | None = None  # a configured route name only (the metrics' cardinality is bounded)
+        self.profile: str | None = None
+        self.key_label: str | None = None
+        self.vkey: VirtualKey | None = None  # the virtual key presented, if one was
+        self.limited = ""  # the limit that refused the request ("requests", "tokens"), if one did
+        self.headers_out: Headers = []  # added to the response head (the key's x-ratelimit-*)
+        self.stream = False
+        self.status = 0
+        self.upstream_status: int | None = None
+        self.upstream_fault: str | None = None  # the cause, when the backend failed the request
+        self.first_token: float | None = None  # the first streamed output sent (after the stream's head)
+        self.tokens_in: int | None = None
+        self.tokens_out: int | None = None
+        self.repairs: list[str] = []
+        self.bytes_out = 0
+        self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
+        self.gone = False  # the client went away before the answer ended
+
+    def usage(self, usage: object) -> None:
+        """Note the token counts of an OpenAI ``usage`` object (chat, completions or Responses names)."""
+        if not isinstance(usage, dict):
+            return
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        self.tokens_in = prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else self.tokens_in
+        self.tokens_out = completion if isinstance(completion, int) and not isinstance(completion, bool) else None
+
+    def repaired(self, kinds: Iterable[str]) -> None:
+        for kind in kinds:
+            if kind not in self.repairs:
+                self.repairs.append(kind)
+
+    def watch(self, send: Send) -> Send:
+        """``send``, adding ``x-request-id`` to the response head and noting the status and the bytes
+        sent (an addition per message)."""
+        rid = self.request_id.encode()
+
+        async def watched(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.body":
+                self.bytes_out += len(message.get("body", b""))
+            elif kind == "http.response.start":
+                self.status = message["status"]
+                # one x-request-id, the gateway's: a backend's own (pass-through) is replaced
+                headers = [h for h in message.get("headers", ()) if h[0].lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, *self.headers_out, (b"x-request-id", rid)]}
+            await send(message)
+
+        return watched
+
+    def fault(self, error: OpenAIError) -> None:
+        """The backend failed the request (it could not be reached, broke off, sent what cannot be read)."""
+        self.upstream_fault = fault_cause(error)
+
+    def sending(self) -> None:
+        """The request goes upstream now: what the gateway did so far (reading, validating,
+        rewriting) is its own time."""
+        self.added += time.perf_counter() - self.started
+
+    def opened(self, status: int) -> None:
+        self.upstream_status = status
+        if status >= 400:
+            self.upstream_fault = f"http_{status // 100}xx"
+            self.repaired(("error_normalized",))
+
+    def stream_open(self) -> None:
+        self.stream = True
+        if self.streams is not None:
+            self.streams.n += 1
+
+    def streamed(self, pipe: StreamPipe, first: float | None, spent: float) -> None:
+        """A relayed stream ended: what its pipe knows (the usage, the repairs, a failure)."""
+        if self.streams is not None:
+            self.streams.n -= 1
+        normalizer = pipe.normalizer
+        self.first_token = first
+        self.added += spent
+        self.usage(normalizer.usage)
+        self.repaired(sorted(normalizer.ctx.repairs))
+        if normalizer.error is not None and self.upstream_fault is None and not self.gone:
+            self.upstream_fault = fault_cause(normalizer.error)
+
+    def answered(self, ctx: ResponseContext, body: object, spent: float) -> None:
+        """A plain answer was rewritten in ``spent`` seconds."""
+        self.added += spent
+        self.usage(body.get("usage") if isinstance(body, dict) else None)
+        self.repaired(sorted(ctx.repairs))
+
+    def enter(self) -> contextvars.Token[Exchange | None]:
+        return _current.set(self)
+
+    @staticmethod
+    def leave(token: contextvars.Token[Exchange | None]) -> None:
+        _current.reset(token)
+
+
+class StreamCount:
+    """The streams open now (the relay counts them; the metrics' gauge reads the number)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+_CAUSES = {
+    "upstream_unreachable": "unreachable",
+    "upstream_timeout": "timeout",
+    "upstream_disconnected": "disconnected",
+    "upstream_response_too_large": "too_large",
+}
+
+
+def fault_cause(error: OpenAIError) -> str:
+    """A bounded label for what went wrong upstream."""
+    return _CAUSES.get(error.code or "", "bad_response")
+
+
+def note(route: str, profile: str, prepared: PreparedRequest) -> None:
+    """What the access line and the metrics say of a generating request, once it is prepared:
+    the route's name (never the client's model string), the profile, and the request's repairs."""
+    ex = _current.get()
+    if ex is not None:
+        ex.model, ex.profile, ex.stream = route, profile, prepared.stream
+        ex.repaired(prepared.repairs)
+        if prepared.dropped:
+            ex.repaired(("fields_dropped",))
+
+
+def current() -> Exchange | None:
+    """The exchange of the request this task serves (None outside one)."""
+    return _current.get()
+
+
+# The loggers of the request path: their warnings and errors name the request
+REQUEST_LOGGERS = (
+    "oaishim.gateway", "oaishim.relay", "oaishim.response", "oaishim.responses", "oaishim.stream",
+    "oaishim.upstream", "oaishim.state", "oaishim.limits",
+)  # fmt: skip
+
+
+def name_requests() -> None:
+    """Put a :class:`RequestIdFilter` on each request-path logger (once)."""
+    for name in REQUEST_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RequestIdFilter) for f in logger.filters):
+            logger.addFilter(RequestIdFilter())
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request's id on every log record (``record.request_id``, ``-`` outside a
+    request) and, for warnings and errors, at the head of the message, so an error log names the
+    request a client can quote."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exchange = _current.get()
+        rid = exchange.request_id if exchange is not None else "-"
+        record.request_id = rid
+        if exchange is not None and record.levelno >= logging.WARNING and not getattr(record, "_rid_added", False):
+            record.msg = f"[{rid.replace('%', '%%')}] {record.msg}"  # a client's id may hold a %
+            record._rid_added = True
+        return True
