@@ -45,7 +45,7 @@ from typing import Any
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-for _helpers in (TESTS / "engine", TESTS / "gateway"):  # _tiny (the session's tiny model), _servers
+for _helpers in (TESTS / "engine", TESTS / "server"):  # _tiny (the session's tiny model), _servers
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
 

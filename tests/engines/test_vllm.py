@@ -39,7 +39,7 @@ from _vllm_server import NO_PARSERS, PARSERS, VllmServer, vllm_python
 from oaishim.check import CheckOptions, Exchange, Finding, check, exchange_from_bytes
 from oaishim.server.config import ModelRoute, Settings
 
-_GATEWAY_TESTS = str(Path(__file__).resolve().parents[1] / "gateway")
+_GATEWAY_TESTS = str(Path(__file__).resolve().parents[1] / "server")
 if _GATEWAY_TESTS not in sys.path:
     sys.path.append(_GATEWAY_TESTS)
 from _servers import RunningGateway, free_port  # noqa: E402

@@ -24,7 +24,7 @@ from _sdk import raw_exchange
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.server.config import ModelRoute, Settings
 
-_GATEWAY_TESTS = str(Path(__file__).resolve().parents[1] / "gateway")
+_GATEWAY_TESTS = str(Path(__file__).resolve().parents[1] / "server")
 if _GATEWAY_TESTS not in sys.path:
     sys.path.append(_GATEWAY_TESTS)
 from _servers import Canned, Replayer, RunningGateway, free_port  # noqa: E402

