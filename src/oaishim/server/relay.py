@@ -151,6 +151,14 @@ async def relay_stream(
         return
     pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=limit)
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
+    tail = await pump(pipe, response, send, limit, ctx.response_id, ctx.model)
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def pump(pipe: StreamPipe, response: UpstreamResponse, send: Send, limit: int, rid: str, model: str) -> bytes:
+    """Feed the upstream's body through ``pipe`` and send what it gives, as it comes; return the last
+    bytes for the client (the pipe's flush, or its one error event), which the caller sends to end the
+    body. The upstream is closed at the end, also when the client went away (the backend stops now)."""
     tail = b""
     ex = current_exchange()
     if ex is not None:
@@ -178,10 +186,10 @@ async def relay_stream(
     except Exception:
         # The pipe never raises for what the upstream sends; this is the relay or a send: still one
         # error event and the end for the client, and the details for whoever reads the log.
-        log.exception("stream %s (model %s): failed while relaying the upstream stream", ctx.response_id, ctx.model)
-        tail = pipe.fail(upstream_error(f"The gateway failed to relay the upstream's answer ({ctx.response_id})."))
+        log.exception("stream %s (model %s): failed while relaying the upstream stream", rid, model)
+        tail = pipe.fail(upstream_error(f"The gateway failed to relay the upstream's answer ({rid})."))
     finally:
-        response.close()  # also when cancelled because the client went away: the backend stops now
+        response.close()
         if ex is not None:
             ex.streamed(pipe, first, spent)
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    return tail

@@ -41,7 +41,7 @@ from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.store import ResponseStore, tenant
 from oaishim.state import Record, StoreError
 from oaishim.transform.context import ResponseContext
-from oaishim.transform.pipe import StreamPipe, plain_answer, upstream_too_large
+from oaishim.transform.pipe import StreamPipe, plain_answer
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import PreparedRequest, rewrite
 from oaishim.transform.responses import (
@@ -369,39 +369,7 @@ class _Turn:
         pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=self.limit, encoder=held)
         await send({"type": "http.response.start", "status": 200, "headers": [*relay.SSE_HEADERS, *extra]})
         await send({"type": "http.response.body", "body": b"".join(encoder.start()), "more_body": True})
-        tail = b""
-        ex = current()
-        if ex is not None:
-            ex.stream_open()
-        perf = time.perf_counter
-        first: float | None = None
-        spent = 0.0  # the pipe's own time, as in relay.relay_stream
-        try:
-            if (response.content_length or 0) > self.limit:
-                tail = pipe.fail(upstream_too_large(self.limit, "a body"))
-            else:
-                async for piece in response.pieces():
-                    began = perf()
-                    out = pipe.feed(piece)
-                    done = perf()
-                    spent += done - began
-                    if out:
-                        first = done if first is None else first
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                    if pipe.close_upstream:
-                        break
-                tail = pipe.flush()
-        except OpenAIError as error:  # the upstream broke, went silent or passed its deadline
-            tail = pipe.fail(error)
-        except Exception:
-            log.exception("stream %s (model %s): failed while relaying the upstream stream", self.id, ctx.model)
-            tail = pipe.fail(
-                OpenAIError(502, f"The gateway failed to relay the upstream's answer ({self.id}).", "server_error")
-            )
-        finally:
-            response.close()  # the backend is done (or stops now); only the store write remains
-            if ex is not None:
-                ex.streamed(pipe, first, spent)
+        tail = await relay.pump(pipe, response, send, self.limit, self.id, ctx.model)
         terminal = held.terminal
         try:
             await self._keep(encoder.response)
