@@ -147,6 +147,20 @@ class Row:
     history: str
     size: int
 
+    def values(self) -> tuple[Any, ...]:
+        """The columns in the order both backends' upsert takes them."""
+        return (
+            self.id,
+            self.tenant,
+            self.created_at,
+            self.model,
+            self.previous_response_id,
+            self.response,
+            self.input_items,
+            self.history,
+            self.size,
+        )
+
 
 def _scrub_value(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str):

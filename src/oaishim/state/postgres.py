@@ -132,17 +132,7 @@ class PostgresStore:
         async with self._connection() as conn, conn.transaction():
             cur = await conn.execute(
                 _UPSERT,
-                (
-                    row.id,
-                    row.tenant,
-                    row.created_at,
-                    row.model,
-                    row.previous_response_id,
-                    row.response,
-                    row.input_items,
-                    row.history,
-                    row.size,
-                ),
+                row.values(),
             )
             if cur.rowcount == 0:
                 raise RecordConflict(f"response id {row.id} is held by another tenant")
