@@ -5,39 +5,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from _apps import EchoBackend, RunningApp, post
 
+from _net import listener
 from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.server.recording import Recording
-
-
-@contextmanager
-def listener() -> Iterator[tuple[int, list[bytes]]]:
-    """A TCP listener that must receive nothing."""
-    server = socket.create_server(("127.0.0.1", 0))
-    got: list[bytes] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                got.append(conn.recv(65536))
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\n\r\nsecret stuff")
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield server.getsockname()[1], got
-    finally:
-        server.close()
 
 
 def send_line(port: int, line: bytes) -> tuple[int, bytes]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from _codex_sim import ANSWER, COMMAND, CodexSim
+from _installed import installed, missing
 from _servers import Replayer, RunningGateway, free_port
 
 from oaishim.server.config import ModelRoute, Settings
@@ -40,22 +41,13 @@ MODEL = "qwen3"
 OUTPUT = COMMAND.removeprefix("echo ")
 
 
-def codex_binary() -> Path | None:
-    """OAISHIM_CODEX, else where scripts/install-clients puts it."""
-    given = os.environ.get("OAISHIM_CODEX")
-    root = Path(os.environ.get("OAISHIM_CLIENTS") or Path.home() / ".cache" / "oaishim" / "clients")
-    default = root / "codex" / "node_modules" / ".bin" / "codex"
-    path = Path(given) if given else default
-    return path if path.exists() else None
-
-
 @pytest.fixture(scope="module")
 def codex() -> Path:
-    found = codex_binary()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("the Codex CLI is not installed: run scripts/install-clients")
-        pytest.skip("the Codex CLI is not installed: run scripts/install-clients")
+    """OAISHIM_CODEX, else where scripts/install-clients puts it."""
+    given = os.environ.get("OAISHIM_CODEX")
+    found = Path(given) if given else installed("codex", "node_modules", ".bin", "codex")
+    if found is None or not found.exists():
+        missing("the Codex CLI")
     return found
 
 

