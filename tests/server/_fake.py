@@ -78,6 +78,12 @@ class FakeUpstream:
     def push(self, *canned: Canned) -> None:
         self.queue.extend(canned)
 
+    def reset(self) -> None:
+        """Forget the queue, what was seen and any early close: a fresh backend for the next test."""
+        self.queue.clear()
+        self.seen.clear()
+        self.closed_early.clear()
+
     async def start(self) -> None:
         return
 

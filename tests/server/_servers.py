@@ -64,6 +64,9 @@ class Replayer:
         self.seen: list[Seen] = []
         self.closed_early = threading.Event()  # the client closed while we were still sending
         self.closed_at: float | None = None  # time.monotonic() when that was first noticed
+        # Bumped by reset(): a handler still sending an earlier test's answer (its thread outlives the
+        # test) must not mark this test's exchange as closed early.
+        self.generation = 0
         replayer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,6 +80,7 @@ class Replayer:
                 body = self.rfile.read(length) if length else b""
                 seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 replayer.seen.append(seen)
+                generation = replayer.generation
                 if replayer.responder is not None:
                     canned = replayer.responder(seen)
                 elif replayer.queue:
@@ -100,7 +104,7 @@ class Replayer:
                         if canned.delay:
                             self._pause(canned.delay)
                 except (BrokenPipeError, ConnectionResetError):
-                    replayer.mark_closed()
+                    replayer.mark_closed(generation)
                 self.close_connection = True
 
             def _pause(self, seconds: float) -> None:
@@ -132,8 +136,16 @@ class Replayer:
     def push(self, *canned: Canned) -> None:
         self.queue.extend(canned)
 
-    def mark_closed(self) -> None:
-        if not self.closed_early.is_set():
+    def reset(self) -> None:
+        """Forget the queue, what was seen and any early close: a fresh backend for the next test."""
+        self.generation += 1
+        self.queue.clear()
+        self.seen.clear()
+        self.closed_early.clear()
+        self.closed_at = None
+
+    def mark_closed(self, generation: int) -> None:
+        if generation == self.generation and not self.closed_early.is_set():
             self.closed_at = time.monotonic()
             self.closed_early.set()
 

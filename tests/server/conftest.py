@@ -27,9 +27,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Replayer | FakeUpstream]
 def _fresh_backend(request: pytest.FixtureRequest) -> None:
     if "backend" in request.fixturenames:
         replayer: Replayer | FakeUpstream = request.getfixturevalue("backend")
-        replayer.queue.clear()
-        replayer.seen.clear()
-        replayer.closed_early.clear()
+        replayer.reset()
 
 
 GatewayFactory = Callable[..., RunningGateway]
