@@ -290,3 +290,16 @@ def test_exit_status_and_baseline(servers: tuple[str, str], tmp_path: Path, caps
     baseline = tmp_path / "first" / "results.json"
     assert main([*argv, "--out", str(tmp_path / "again"), "--baseline", str(baseline)]) == 0  # none is new
     assert "0 error-level finding(s) not in the baseline" in capsys.readouterr().out
+
+
+def test_thinking_off_gives_no_reasoning_through_the_gateway_but_not_raw(probed: Probed) -> None:
+    """reasoning_effort none/minimal (issue 15): the gateway sends llama.cpp's enable_thinking switch
+    (the template closes its think block: more prompt tokens) and drops what the steered model thinks
+    anyway; raw llama-server ignores ``minimal`` and leaves the forced ``<think>`` in content."""
+    gateway, raw = probed.case("A", "reasoning.effort-off"), probed.case("B", "reasoning.effort-off")
+    assert gateway["outcome"] == "pass" and all(ch["outcome"] == "pass" for ch in gateway["checks"])
+    expected = [ch for ch in raw["checks"] if ch["id"].startswith("expect:")]
+    failed = [ch["message"] for ch in expected if ch["outcome"] in ("fail", "info")]
+    assert len(failed) == len(expected) == 3
+    assert all(m.startswith("reasoning_effort ") and "had no effect" in m for m in failed)
+    print("raw llama-server:", *failed, sep="\n  ")

@@ -150,8 +150,10 @@ def test_strict_backends_drop_the_platform_fields_and_lenient_ones_drop_nothing(
         assert PROFILES[name].rejects >= PLATFORM_ONLY
     for name in ("vllm@0.6.5", "vllm@0.32", "sglang", "llamacpp@0", "llamacpp@b9174", "ollama", "openai"):
         assert PROFILES[name].rejects == frozenset()
-    assert "reasoning_effort" in PROFILES["trtllm@0"].rejects
-    assert "reasoning_effort" not in PROFILES["trtllm@1.4"].rejects
+    # reasoning_effort is never silently dropped: each profile says how it is sent (reasoning_effort_in)
+    assert all("reasoning_effort" not in p.rejects for p in PROFILES.values())
+    assert PROFILES["trtllm@0"].reasoning_effort_in.efforts is None
+    assert PROFILES["trtllm@1.4"].reasoning_effort_in.efforts is not None
     assert "parallel_tool_calls" in PROFILES["trtllm@1.4"].rejects
 
 

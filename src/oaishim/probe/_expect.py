@@ -342,6 +342,35 @@ def _json_matches_schema(params: Mapping[str, Any], views: Views, ctx: Context) 
 
 
 _NOT_JSON = object()
+_THINK_TAGS = ("<think>", "</think>")
+
+
+def _no_reasoning(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """Thinking turned off (``reasoning_effort`` none/minimal): no reasoning reaches the client, neither in
+    a reasoning field nor as ``<think>`` text in the content. A failure names the parameter."""
+    name, param, value = params["step"], str(params.get("param", "reasoning_effort")), params.get("value")
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    reasoning, text = views[name].reasoning() or "", views[name].text() or ""
+    leaked = reasoning or next((text for tag in _THINK_TAGS if tag in text), "")
+    if not leaked:
+        return Verdict("pass", f"step {name}: no reasoning with {param} {value!r}")
+    if name in ctx.steered and not ctx.exact_text:
+        return Verdict("skip", f"cannot tell: the text could not be forced (prompt only); got {_short(leaked)}")
+    where = "as reasoning" if reasoning else "in the content"
+    return Verdict(
+        "fail", f"{param} {value!r} had no effect: step {name} still gave reasoning {where}: {_short(leaked)}"
+    )
+
+
+def _param_changes_prompt(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """The first step's parameter reached the prompt (the chat template): more prompt tokens than without it."""
+    verdict = _prompt_tokens(params, views, ctx, greater=True)
+    if verdict.outcome != "fail":
+        return verdict
+    param, value = params.get("param", "the parameter"), params.get("value")
+    return Verdict("fail", f"{param} {value!r} had no effect on the prompt: {verdict.message}", verdict.path)
+
 
 EXPECTATIONS: dict[str, Check] = {
     "status": _status,
@@ -368,4 +397,6 @@ EXPECTATIONS: dict[str, Check] = {
     "reasoning-equals": _reasoning_equals,
     "response-status": _response_status,
     "json-matches-schema": _json_matches_schema,
+    "no-reasoning": _no_reasoning,
+    "param-changes-prompt": _param_changes_prompt,
 }

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oaishim.profiles._reasoning_effort import OFFICIAL_WAY, ReasoningEffortIn
+
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
 MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
 RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
@@ -45,6 +47,13 @@ class Profile:
       display_markup: literal tags the backend's models leak into text (besides the tokenizer's
         special tokens), stripped from reasoning and content when the display cleanup is on.
       server_header: a substring of the ``Server`` header that identifies the backend (auto).
+
+    reasoning_effort_in (issue 15): how the backend takes ``reasoning_effort`` (the Responses API's
+      ``reasoning.effort`` arrives as it): the values its field accepts, the nearest stand-in for one it
+      lacks, the ``chat_template_kwargs`` switch that turns a template's thinking off (and on), and
+      whether "off" reaches every template (``profiles._reasoning_effort``). The default is the
+      official API's: every value sent as it is. With thinking off the gateway drops any reasoning
+      the backend still sends, whatever this says.
     """
 
     name: str
@@ -62,6 +71,8 @@ class Profile:
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
     display_markup: frozenset[str] = frozenset()
     server_header: str | None = None
+    # -- reasoning_effort (issue 15)
+    reasoning_effort_in: ReasoningEffortIn = OFFICIAL_WAY
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

@@ -16,6 +16,9 @@ Each choice either costs nothing on a lenient server or prevents a 400 on a stri
   * ``usage_on_empty_stream_options``: an explicit ``include_usage: false`` is harmless everywhere and
     stops vLLM-derived servers from turning ``{}`` into usage (V-25, T-19).
   * ``tool_call_type_required``: ``type: "function"`` is the official shape anyway (L-4).
+  * reasoning_effort (issue 15): sent as the client gave it (lenient servers read it; a strict one's 400
+    names it); no ``chat_template_kwargs`` switch, which a strict server might refuse. Whether "off"
+    reaches the template is unknown, so with thinking off the gateway drops any reasoning from the answer.
   * ``splits_reasoning = False``: the gateway's ``<think>`` splitter is harmless on text without tags.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._reasoning_effort import ReasoningEffortIn
 
 GENERIC = Profile(
     name="generic",
@@ -36,4 +40,5 @@ GENERIC = Profile(
     tool_call_type_required=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    reasoning_effort_in=ReasoningEffortIn(native_off=False),
 )

@@ -19,6 +19,14 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
   * L-19 ``--reasoning-format`` defaults to ``auto``: ``<think>`` is split into ``reasoning_content``
     (since PR #11607, early 2025); ``none`` keeps it in content. The recorded build (README of
     ``tests/fixtures/recorded/llamacpp-server``) runs with ``auto``.
+  * reasoning_effort (issue 15; L-19, L-1): the switch is ``chat_template_kwargs.enable_thinking``, a
+    boolean (a string is a 400 "invalid type for \"enable_thinking\""); every body key is read, so
+    ``reasoning_effort`` itself is sent on unchanged (gpt-oss templates read it). Measured on the engine
+    extra's build (2026-12, tests/engines): ``reasoning_effort: "none"`` closes the think block itself but
+    ``minimal`` does not, and an explicit ``enable_thinking`` wins; with thinking off llama.cpp leaves a
+    ``<think>`` the model writes anyway in ``content``, which the gateway splits and drops. The
+    ``--reasoning-budget`` counts are server flags (per-request budget keys vary by build), so no budget
+    is sent: low…max all mean "on".
   * L-20 usage only with ``stream_options.include_usage``; ``{}`` does not turn it on (§6).
 Response side (fixed by the generic normaliser): L-12 first delta ``content: null``; L-13 ``created``
 per result (old builds: id per chunk, #5876); L-16 ``timings``, ``system_fingerprint`` = build;
@@ -42,6 +50,10 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+
+# enable_thinking is read from chat_template_kwargs by every build that has it (L-19); older ones ignore it (L-1)
+_THINKING = ReasoningEffortIn(switch=("enable_thinking",), native_off=False)
 
 BEFORE_B9174 = Profile(
     name="llamacpp",
@@ -59,6 +71,7 @@ BEFORE_B9174 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
+    reasoning_effort_in=_THINKING,
 )
 
 FROM_B9174 = Profile(
@@ -77,6 +90,7 @@ FROM_B9174 = Profile(
     splits_reasoning=True,
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
+    reasoning_effort_in=_THINKING,
 )
 
 FAMILY = Family(

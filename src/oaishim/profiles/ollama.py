@@ -16,7 +16,10 @@ Wire quirks (``docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609)
   * O-7 content parts become separate messages; ``image_url`` must be a base64 data URI.
   * O-8 history: assistant ``reasoning`` → ``thinking``; ``reasoning_content`` is ignored; tool-call
     ``arguments`` must be valid JSON (400 "invalid tool call arguments").
-  * O-15 ``reasoning_effort``: none → think off, minimal → low, xhigh/ultra → max; invalid → 400.
+  * reasoning_effort (issue 15; O-15): Ollama maps it to its own ``think`` itself (``openai/openai.go``
+    ``thinkFromReasoningEffort``): none → think off, minimal → low, xhigh/ultra → max, others pass; invalid →
+    400. Every official value is sent on, except ``minimal``, sent as ``none`` so that it turns thinking
+    off as the gateway promises rather than to low.
   * O-16 usage only with ``include_usage``; ``stream_options: {}`` does not turn it on (§6).
 Response side (fixed by the generic normaliser): O-9 ids ``chatcmpl-<0..998>`` (collide); O-10 completions
 ``created`` per chunk; O-11 first chunk carries content; O-12 old versions put tool calls with
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._reasoning_effort import ReasoningEffortIn
 
 OLLAMA = Profile(
     name="ollama",
@@ -53,6 +57,7 @@ OLLAMA = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning",),
+    reasoning_effort_in=ReasoningEffortIn(nearest=(("minimal", "none"),)),
 )
 
 FAMILY = Family(

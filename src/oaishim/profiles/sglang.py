@@ -15,6 +15,13 @@ Wire quirks (``docs/backend-quirks.md`` §2 row; source file; issue), request si
     are not described, so the profile sends ``max_tokens`` only (unsure; same meaning in SGLang).
   * S-8 sampling defaults from ``generation_config``; S-20 ``include_usage`` defaults to False
     (``--stream-response-default-include-usage`` turns it on for everyone; not detectable).
+  * reasoning_effort (issue 15; S-19): older releases type it ``Literal["low", "medium", "high"]`` (a 400
+    for none/minimal/xhigh/max) and read it for OpenAI models only; thinking is switched through
+    ``chat_template_kwargs`` — ``thinking`` (DeepSeek-V3, Kimi-K2) or ``enable_thinking`` (Qwen3, GLM-4.5),
+    the two keys SGLang's own ``reasoning: {enabled}`` sets (``protocol.py``
+    ``normalize_reasoning_inputs``). Newer releases accept none…max and floats, but the release is not
+    detectable, so the profile sends what every release reads: low/medium/high (xhigh/max as high) and
+    both switch keys, false for none/minimal, true otherwise.
 Response side (fixed by the generic normaliser): S-9 first chunk without ``refusal``; S-10 chunk ``id``
 differs per choice for n>1 and ``created`` changes across seconds (#39864, PR #39887); S-11 ``model``
 echoes the request (``"default"``, #4293); S-12 separate finish chunk; S-13 ``finish_reason:"abort"``;
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._reasoning_effort import ReasoningEffortIn
 
 SGLANG = Profile(
     name="sglang",
@@ -47,6 +55,13 @@ SGLANG = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
+    reasoning_effort_in=ReasoningEffortIn(
+        efforts=frozenset({"low", "medium", "high"}),
+        nearest=(("xhigh", "high"), ("max", "high")),
+        switch=("enable_thinking", "thinking"),
+        switch_on=True,
+        native_off=False,
+    ),
 )
 
 FAMILY = Family(

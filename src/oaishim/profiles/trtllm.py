@@ -8,8 +8,17 @@ Wire quirks (``docs/backend-quirks.md`` §3 row; source file; issue), request si
     only ``reasoning``, as T-2 describes for 1.3.0rc6) also lacks ``parallel_tool_calls`` and allows only
     ``tool_choice`` none/auto/named.
     ``parallel_tool_calls`` is dropped for every version: the 2026 source accepts it but does not
-    enforce it (T-5), so nothing is lost. ``reasoning_effort`` (harmony/gpt-oss, default LOW, T-4) is
-    dropped before 1.4 because the notes do not say which releases have it (unsure).
+    enforce it (T-5), so nothing is lost.
+  * reasoning_effort (issue 15; T-4, T-1): the 2026 request model types it harmony ``ReasoningEffort`` or
+    ``Literal["low", "medium", "high", "max", "none"]``, default LOW (``openai_protocol.py``@0076e939): no
+    ``minimal`` (sent as none) and no ``xhigh`` (sent as high). It is forwarded into the template kwargs
+    as ``reasoning_effort`` (``serve/chat_tokenization.py`` ``apply_reasoning_effort_to_template_kwargs``),
+    so only templates that read that name switch; a ``chat_template_kwargs`` key the active template does
+    not read is a 400 (``inputs/chat_template_guard.py``, unless the server sets
+    TRTLLM_ALLOW_UNUSED_CHAT_TEMPLATE_KWARGS=1), so no ``enable_thinking`` is sent: a model without that
+    switch must keep answering. Thinking off is therefore not sure to reach a Qwen3-style template; the
+    gateway drops the reasoning from the answer. Before 1.4 the notes do not say which releases have
+    the field: not sent (unsure), no switch.
   * T-2 (developer): ``developer`` is passed to the chat template, which drops it silently (Qwen3) →
     merge into ``system``. No fix is documented for any version.
   * T-2 (history reasoning): history ``reasoning_content`` → 400 on 1.3.0rc6 (the message union has only
@@ -42,6 +51,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._reasoning_effort import ReasoningEffortIn
 
 # What the 2026 request model lacks, plus parallel_tool_calls (accepted there, never enforced, absent before).
 _DROPPED = PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"}
@@ -52,15 +62,16 @@ BEFORE_1_4 = Profile(
     doc=(
         "TensorRT-LLM up to and including 1.3.0rc6 (T-1, T-2): extra='forbid'; history reasoning dropped "
         "(reasoning_content is a 400 there); developer dropped by templates; stream_options {} "
-        "turns usage on. reasoning_effort is dropped too: unsure which releases have it."
+        "turns usage on. reasoning_effort is not sent: unsure which releases have it."
     ),
     developer_to_system=True,
     reasoning_in="drop",
     max_tokens_in="max_tokens",
-    rejects=_DROPPED | {"reasoning_effort"},
+    rejects=_DROPPED,
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),
 )
 
 FROM_1_4 = Profile(
@@ -79,6 +90,11 @@ FROM_1_4 = Profile(
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    reasoning_effort_in=ReasoningEffortIn(
+        efforts=frozenset({"none", "low", "medium", "high", "max"}),
+        nearest=(("minimal", "none"), ("xhigh", "high")),
+        native_off=False,  # only templates reading reasoning_effort switch (no enable_thinking: the guard)
+    ),
 )
 
 FAMILY = Family(

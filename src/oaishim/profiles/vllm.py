@@ -21,7 +21,14 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
   * V-25 ``stream_options``: ``include_usage`` defaults to True when the object is present
     (v0.10 / engine-split era) → ``{}`` turns usage on; the 2026 default is False (recorded
     0.32 ``s1_chat_stream_emptyopts`` has no usage chunk).
-  * v0.10 ``reasoning_effort`` accepts only low/medium/high (``protocol.py``@0052bed3); 2026 none…max.
+  * reasoning_effort (issue 15; V-24): v0.10 accepts only low/medium/high (``protocol.py``@0052bed3) and
+    leaves the template's thinking alone, so the gateway sets ``chat_template_kwargs.enable_thinking``
+    itself (false for none/minimal, true for the rest, which vLLM 2026 also does) and sends xhigh/max as
+    high. 0.32 accepts none…max and sets ``enable_thinking = effort != "none"`` unless the request sets it
+    (``entrypoints/openai/chat_completion/protocol.py`` ``build_chat_params``, read in the installed 0.32):
+    ``minimal`` would keep thinking on, so the gateway sends ``enable_thinking: false`` for it.
+    Before 0.6.5 the field is a 400 (``extra="forbid"``) and ``chat_template_kwargs`` is not described,
+    so neither is sent: no switch; the gateway drops the reasoning from the answer instead.
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
 ``refusal``; V-15 ``finish_reason`` on the last content chunk; V-17 ``stop_reason``; V-18 extra null
 fields; V-19 ``tool_calls: []`` (#44104); V-21 ids ``chatcmpl-tool-…``; V-23 reasoning output
@@ -42,6 +49,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._reasoning_effort import ReasoningEffortIn
 
 # vLLM's 400 for tool_choice "auto" (explicit, or the default with tools) without a tool-call parser
 # (V-5): '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
@@ -60,11 +68,12 @@ FORBID_ERA = Profile(
     developer_to_system=True,
     reasoning_in="drop",
     max_tokens_in="max_tokens",
-    rejects=PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls", "reasoning_effort"},
+    rejects=PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"},
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),  # a 400 here, no switch known
 )
 
 ALLOW_ERA = Profile(
@@ -83,6 +92,13 @@ ALLOW_ERA = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    reasoning_effort_in=ReasoningEffortIn(
+        efforts=frozenset({"low", "medium", "high"}),
+        nearest=(("xhigh", "high"), ("max", "high")),
+        switch=("enable_thinking",),
+        switch_on=True,
+        native_off=False,
+    ),
 )
 
 LAYOUT_2026 = Profile(
@@ -100,6 +116,7 @@ LAYOUT_2026 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    reasoning_effort_in=ReasoningEffortIn(switch=("enable_thinking",)),  # every value; minimal needs the switch
 )
 
 FAMILY = Family(

@@ -202,8 +202,13 @@ def reasoning_text(source: Mapping[str, Any]) -> str:
 
 
 def reasoning_fields(text: str, ctx: ResponseContext) -> dict[str, str]:
-    """The reasoning as the client asked to see it; never an empty string."""
+    """The reasoning as the client asked to see it; never an empty string. None at all when the
+    client turned thinking off (``reasoning_effort`` none/minimal): what the backend thought anyway
+    is dropped, and counted as the repair ``reasoning_dropped``."""
     if not text or ctx.reasoning_field == "drop":
+        return {}
+    if ctx.thinking_off:
+        ctx.repairs.add("reasoning_dropped")
         return {}
     if ctx.reasoning_field == "both":
         return {"reasoning_content": text, "reasoning": text}
@@ -214,4 +219,9 @@ def extensions(upstream: Mapping[str, Any], official: Mapping[str, Any], ctx: Re
     """With ``--keep-extensions``, the upstream keys the official object does not have."""
     if not ctx.keep_extensions:
         return {}
-    return {k: v for k, v in upstream.items() if k not in official}
+    # with thinking off, the backend's reasoning keys are not extensions to keep but what was dropped
+    skip = _REASONING_KEYS if ctx.thinking_off else ()
+    return {k: v for k, v in upstream.items() if k not in official and k not in skip}
+
+
+_REASONING_KEYS = ("reasoning_content", "reasoning")

@@ -32,6 +32,8 @@ class ResponseContext:
     response_id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     repairs: set[str] = field(default_factory=set)  # the kinds of repair the answer needed (for the operator)
+    # -- reasoning_effort (issue 15): thinking was turned off, so no reasoning reaches the client
+    thinking_off: bool = False
 
     def __post_init__(self) -> None:
         if not self.response_id:

@@ -52,7 +52,9 @@ def response_context(
         # Split <think> whatever the profile says: a server flag or a request parameter can turn a
         # backend's parser off, and users rarely know how their server was started.
         reasoning=repair and chat,
-        starts_in_reasoning=settings.thinking_open,
+        # With thinking off and the switch sent, the template closed its <think>: the answer starts in
+        # content. Where the switch may not have reached it, the answer may still open in reasoning.
+        starts_in_reasoning=settings.thinking_open and not prepared.thinking.closed,
         tools=repair and chat and prepared.tools_offered and prepared.tool_choice != "none",
         tool_names=plan_tool_names(prepared.body.get("tools")),
         stops=tuple(prepared.stop) if repair and endpoint != "embeddings" else (),
@@ -73,4 +75,5 @@ def response_context(
         keep_extensions=settings.keep_extensions,
         repair=plan,
         context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
+        thinking_off=prepared.thinking.off,
     )
