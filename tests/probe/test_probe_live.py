@@ -303,3 +303,17 @@ def test_thinking_off_gives_no_reasoning_through_the_gateway_but_not_raw(probed:
     assert len(failed) == len(expected) == 3
     assert all(m.startswith("reasoning_effort ") and "had no effect" in m for m in failed)
     print("raw llama-server:", *failed, sep="\n  ")
+
+
+def test_the_overflow_is_openais_error_through_the_gateway_and_the_raw_side_is_beside_it(probed: Probed) -> None:
+    """A prompt past the tiny model's context, plain, streamed and on /v1/completions: through the
+    gateway a 400 context_length_exceeded before any event; llama.cpp's own 400 carries its
+    exceed_context_size_error without OpenAI's code, so the parameter table calls it refused."""
+    rows = {r["case"]: r for r in probed.results["parameters"] if r["parameter"] == "context_length"}
+    assert set(rows) == {"errors.context-overflow", "errors.context-overflow-stream"}
+    for row in rows.values():
+        assert row["by_side"] == {"A": "honoured", "B": "refused"}, row
+    stream = probed.case("A", "errors.context-overflow-stream")
+    assert stream["outcome"] == "pass"
+    assert probed.side("A")["ignored"] == [] and probed.side("B")["ignored"] == []
+    print("context_length:", {k: r["by_side"] for k, r in rows.items()})

@@ -13,6 +13,7 @@ import array
 import asyncio
 import base64
 import json
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -502,3 +503,32 @@ def test_upstream_400_raises_bad_request_as_openai_would(
     with pytest.raises(openai.BadRequestError) as caught_async:
         asyncio.run(asynchronous.chat.completions.create(model="tiny", messages=HELLO, max_tokens=99999))
     assert (caught_async.value.type, caught_async.value.param, caught_async.value.code) == expected
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_429_with_retry_after_is_retried_by_the_sdk_after_that_wait(
+    backend: Replayer, gateways: Any, stream: bool
+) -> None:
+    """The backend's 429 and its Retry-After reach the SDK, which waits that long and asks again
+    (its own default without the header is well under a second)."""
+    client = openai.OpenAI(base_url=gateways("vllm@0.32") + "/v1", api_key="x", max_retries=2, timeout=20)
+    limited = Canned(
+        b'{"error":{"message":"Too many requests","type":"rate_limit_error","code":429}}',
+        status=429,
+        headers={"Retry-After": "1", "x-ratelimit-remaining-requests": "0"},
+    )
+    answer = recording(VLLM, "s1_chat_stream" if stream else "s1_chat")
+    backend.push(limited, answer)
+    started = time.monotonic()
+    if stream:
+        text = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(model="tiny", messages=HELLO, stream=True)
+            if c.choices
+        )
+    else:
+        text = client.chat.completions.create(model="tiny", messages=HELLO).choices[0].message.content or ""
+    waited = time.monotonic() - started
+    assert len(backend.seen) == 2  # asked once more, after the 429
+    assert waited >= 0.95  # the SDK waited as the header said
+    assert text

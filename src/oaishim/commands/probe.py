@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--against", metavar="URL2", help="a second endpoint to compare with, field by field")
     p.add_argument("--model2", metavar="NAME2", help="the model name at URL2 (default: --model)")
     p.add_argument("--api-key2", metavar="K2", help="the key for URL2 (default: none)")
+    p.add_argument("--name", help="what the reports call URL, e.g. 'gateway, profile vllm' (default: the URL)")
+    p.add_argument("--name2", metavar="NAME2", help="what the reports call URL2, e.g. 'raw vLLM 0.32'")
     p.add_argument("--out", type=Path, default=Path("oaishim-probe"), help="report folder (default: %(default)s)")
     p.add_argument("--cases", metavar="GLOB", help="comma-separated globs over case ids, e.g. 'compat.*,tools.*'")
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="cases in flight (default: %(default)s)")
@@ -104,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
             special = load_special_tokens(args.special_tokens)
         except (OSError, ValueError) as exc:
             return _fail(f"cannot load special tokens from {args.special_tokens}: {exc}")
-    targets = [Target(args.url, args.model, args.api_key, "A")]
+    targets = [Target(args.url, args.model, args.api_key, "A", args.name or "")]
     if args.against:
-        targets.append(Target(args.against, args.model2 or args.model, args.api_key2, "B"))
+        targets.append(Target(args.against, args.model2 or args.model, args.api_key2, "B", args.name2 or ""))
     options = ProbeOptions(
         concurrency=max(1, args.concurrency),
         timeout=args.timeout,

@@ -10,6 +10,7 @@ checker. Every step is also judged by the checker (:func:`oaishim.check.check`).
         exclusive: true                  # run alone: nothing batched with it (determinism)
         needs: [eot]                     # skipped unless the probe knows this (eot, bias)
         tolerate: [reasoning_content]    # these unknown fields are notes in this case only
+        parameter: stop                  # the parameter whose effect the expectations measure
         steps:
           - name: plain
             path: /v1/chat/completions   # the default; GET when there is no body
@@ -18,6 +19,13 @@ checker. Every step is also judged by the checker (:func:`oaishim.check.check`).
             steer: {text: "Hello world"} # or {tool_call: true}: see _steer.py
         expect:
           - {is: same-text, steps: [a, b], severity: error, why: "..."}
+
+``parameter`` names what the case's expectations measure the effect of (an expectation may name its
+own, or ``parameter: ""`` for none). When such an expectation fails although every step it judges
+was answered 200, the endpoint accepted the parameter and ignored it: an error-level finding
+"<endpoint> ignored <parameter>: <what was seen>", whatever the expectation's severity, and the
+reports list the ignored parameters per endpoint side by side. (A step answered with an error status
+refused the parameter instead: the expectation fails as usual.)
 
 Strings (and mapping keys) may hold ``${name}`` placeholders, filled in by :func:`fill` from the
 run's variables (``model``, ``eot``, ``bias_token_id``, ``overflow_prompt``, ...). A string that is
@@ -78,6 +86,7 @@ class Expect:
     params: Mapping[str, Any]
     severity: Severity = "error"
     why: str = ""
+    parameter: str = ""  # the parameter whose effect it measures ("": none)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -95,6 +104,7 @@ class Case:
     exclusive: bool = False
     needs: frozenset[str] = frozenset()
     tolerate: frozenset[str] = frozenset()
+    parameter: str = ""  # what the case measures the effect of (the default of its expectations)
 
     @property
     def group(self) -> str:
@@ -119,14 +129,23 @@ def _step(data: Any, where: str) -> Step:
     return Step(data["name"], str(data.get("path", "/v1/chat/completions")), method, body, raw, dict(steer))
 
 
-def _expect(data: Any, where: str, steps: set[str], kinds: set[str]) -> Expect:
+def _parameter(value: Any, where: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise CatalogueError(f"{where}: parameter must be a string")
+    return value
+
+
+def _expect(data: Any, where: str, steps: set[str], kinds: set[str], parameter: str) -> Expect:
     if not isinstance(data, Mapping) or data.get("is") not in kinds:
         raise CatalogueError(f"{where}: expectation {data!r} is not one of {sorted(kinds)}")
     severity = data.get("severity", "error")
     if severity not in _SEVERITIES:
         raise CatalogueError(f"{where}: severity {severity!r}")
-    params = {k: v for k, v in data.items() if k not in ("is", "severity", "why")}
-    expect = Expect(str(data["is"]), params, severity, str(data.get("why", "")))
+    params = {k: v for k, v in data.items() if k not in ("is", "severity", "why", "parameter")}
+    own = _parameter(data.get("parameter"), where, parameter)
+    expect = Expect(str(data["is"]), params, severity, str(data.get("why", "")), own)
     unknown = [s for s in expect.steps if s not in steps]
     if unknown:
         raise CatalogueError(f"{where}: unknown step(s) {unknown}")
@@ -158,7 +177,8 @@ def parse_catalogue(data: Any, kinds: Iterable[str] | None = None) -> tuple[Case
         needs = frozenset(entry.get("needs") or ())
         if not needs <= NEEDS:
             raise CatalogueError(f"{where}: needs {sorted(needs - NEEDS)} unknown")
-        expect = tuple(_expect(e, where, names, known) for e in entry.get("expect") or [])
+        parameter = _parameter(entry.get("parameter"), where)
+        expect = tuple(_expect(e, where, names, known, parameter) for e in entry.get("expect") or [])
         cases.append(
             Case(
                 id=entry["id"],
@@ -169,6 +189,7 @@ def parse_catalogue(data: Any, kinds: Iterable[str] | None = None) -> tuple[Case
                 exclusive=bool(entry.get("exclusive", False)),
                 needs=needs,
                 tolerate=frozenset(entry.get("tolerate") or ()),
+                parameter=parameter,
             )
         )
     ids = [c.id for c in cases]

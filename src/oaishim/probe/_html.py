@@ -18,7 +18,7 @@ import orjson
 
 from oaishim.check import Finding
 from oaishim.probe._compare import flat_record
-from oaishim.probe._results import CaseResult, ProbeRun, StepResult
+from oaishim.probe._results import CaseResult, ProbeRun, StepResult, parameter_table
 from oaishim.probe._terminal import percent
 
 __all__ = ["html_report"]
@@ -137,6 +137,30 @@ def _differences(comparison: Mapping[str, Any]) -> str:
     )
 
 
+def _parameters(run: ProbeRun) -> str:
+    """Each measured parameter by side (raw backend against gateway): honoured, ignored or refused."""
+    table = parameter_table(run.sides)
+    if not table:
+        return ""
+    head = "".join(f"<th>{_e(s.name)}</th>" for s in run.sides)
+    rows = []
+    for row in table:
+        cells = "".join(
+            f'<td><span class="badge {"fail" if row["by_side"][s.label] == "ignored" else "pass" if row["by_side"][s.label] == "honoured" else "skip"}">'
+            f"{_e(row['by_side'][s.label])}</span>"
+            + (f" {_e(row['seen'][s.label])}" if s.label in row["seen"] else "")
+            + "</td>"
+            for s in run.sides
+        )
+        rows.append(
+            f"<tr><td><code>{_e(row['parameter'])}</code></td><td><code>{_e(row['case'])}</code></td>{cells}</tr>"
+        )
+    return (
+        '<section id="parameters"><h2>Parameters: accepted and honoured, or ignored</h2>'
+        f"<table><thead><tr><th>parameter</th><th>case</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
 def html_report(run: ProbeRun) -> str:
     data = orjson.dumps(run.as_dict(), option=orjson.OPT_NON_STR_KEYS).decode().replace("</", "<\\/")
     sides = "".join(
@@ -158,6 +182,7 @@ def html_report(run: ProbeRun) -> str:
 <table id="scores"><thead><tr><th>endpoint</th>{head_cells}</tr></thead><tbody id="score-body"></tbody></table>
 {_noscript(run)}
 <p class="muted">checks passed / checks run; a check that cannot tell (skip) is not run.</p></section>
+{_parameters(run)}
 {differences}
 <section id="cases"><h2>Cases</h2>
 <label><input type="checkbox" id="failing-only"> failing cases only</label>

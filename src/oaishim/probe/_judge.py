@@ -86,8 +86,16 @@ def _excerpt(body: bytes | None) -> str:
     return text if len(text) <= EXCERPT else text[:EXCERPT] + f"… ({len(body)} bytes)"
 
 
-def judge_case(case: Case, sent: Sequence[Sent], ctx: Context, options: CheckOptions) -> CaseResult:
-    """Findings, checks and records of one case whose steps were all sent."""
+def _accepted(views: Mapping[str, StepView], steps: Sequence[str]) -> bool:
+    """Every step was answered 200 without an error inside: the endpoint took the request, parameter and all."""
+    return all(name in views and views[name].ok and views[name].error is None for name in steps)
+
+
+def judge_case(
+    case: Case, sent: Sequence[Sent], ctx: Context, options: CheckOptions, target: str = "the endpoint"
+) -> CaseResult:
+    """Findings, checks and records of one case whose steps were all sent. ``target`` names the
+    endpoint in an "ignored" finding (``A (http://…)``)."""
     views: dict[str, StepView] = {}
     steps: list[StepResult] = []
     checks: list[CheckResult] = []
@@ -130,9 +138,19 @@ def judge_case(case: Case, sent: Sequence[Sent], ctx: Context, options: CheckOpt
         check_id = base if seen[base] == 1 else f"{base}#{seen[base]}"
         failed: tuple[Finding, ...] = ()
         outcome: CheckOutcome = verdict.outcome
+        ignored = False
         if verdict.outcome == "fail":
             message = verdict.message + (f" ({expect.why})" if expect.why else "")
-            failed = (Finding(f"expect.{expect.kind}", expect.severity, verdict.path, None, message),)
-            outcome = "fail" if expect.severity in _FAILING else "info"
-        checks.append(CheckResult(check_id, step, paths[step], outcome, verdict.message, failed, expect.why))
+            severity = expect.severity
+            if expect.parameter and _accepted(views, expect.steps):
+                # accepted and without effect: always an error, naming who ignored what
+                ignored, severity = True, "error"
+                message = f"{target} ignored {expect.parameter}: {message}"
+            failed = (Finding(f"expect.{expect.kind}", severity, verdict.path, None, message),)
+            outcome = "fail" if severity in _FAILING else "info"
+        checks.append(
+            CheckResult(
+                check_id, step, paths[step], outcome, verdict.message, failed, expect.why, expect.parameter, ignored
+            )
+        )
     return CaseResult(case.id, case.title, case.refs, tuple(steps), tuple(checks))

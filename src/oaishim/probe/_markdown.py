@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from oaishim.probe._results import CaseResult, ProbeRun, SideResult
+from oaishim.probe._results import CaseResult, ProbeRun, SideResult, parameter_table
 from oaishim.probe._terminal import percent
 
 __all__ = ["markdown_report"]
@@ -70,6 +70,31 @@ def _findings(side: SideResult) -> list[str]:
     return lines
 
 
+def _parameters(run: ProbeRun) -> list[str]:
+    """Each measured parameter, what each side did with it; then what each side ignored, in words."""
+    table = parameter_table(run.sides)
+    if not table:
+        return []
+    sides = run.sides
+    lines = [
+        "## Parameters: accepted and honoured, or ignored",
+        "",
+        "| parameter | case | " + " | ".join(_esc(s.name) for s in sides) + " |",
+        "|---|---|" + "---|" * len(sides),
+    ]
+    mark = {"honoured": "✅ honoured", "ignored": "❌ **ignored**", "refused": "⚠️ refused"}
+    for row in table:
+        cells = " | ".join(mark.get(row["by_side"][s.label], row["by_side"][s.label]) for s in sides)
+        lines.append(f"| {_code(row['parameter'])} | {_code(row['case'])} | {cells} |")
+    lines.append("")
+    for side in sides:
+        for row in side.ignored():
+            lines.append(
+                f"- {_esc(side.name)} ignored {_code(row['parameter'])} ({_code(row['case'])}): {_esc(row['seen'])}"
+            )
+    return [*lines, ""]
+
+
 def _differences(comparison: Mapping[str, Any]) -> list[str]:
     lines = [
         "## Differences between A and B",
@@ -117,7 +142,7 @@ def markdown_report(run: ProbeRun) -> str:
             f"- {side.label}: steering text by {_code(s.text)}, tool calls {_code(s.tool_call)}, "
             f"tokenize {_code(s.tokenize)}; {side.seconds:.1f} s"
         )
-    lines += ["", "## Cases", "", *_cases(run), "", "## Findings", ""]
+    lines += ["", *_parameters(run), "## Cases", "", *_cases(run), "", "## Findings", ""]
     for side in run.sides:
         lines += _findings(side)
     if run.comparison is not None:

@@ -27,6 +27,7 @@ __all__ = [
     "StepResult",
     "baseline_keys",
     "new_errors",
+    "parameter_table",
     "score_of",
 ]
 
@@ -43,6 +44,8 @@ class CheckResult:
     message: str
     findings: tuple[Finding, ...] = ()
     why: str = ""
+    parameter: str = ""  # the parameter whose effect the check measures ("": none)
+    ignored: bool = False  # it failed although the request was accepted: the parameter had no effect
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,8 @@ class CheckResult:
             "outcome": self.outcome,
             "message": self.message,
             "why": self.why,
+            "parameter": self.parameter,
+            "ignored": self.ignored,
             "findings": [f.as_dict() for f in self.findings],
         }
 
@@ -141,6 +146,11 @@ class SideResult:
     steering: Steering
     cases: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
+    title: str = ""  # what the reports call the endpoint besides its URL (--name)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} ({self.title or self.url})"
 
     def score(self) -> dict[str, Any]:
         return score_of(self.cases)
@@ -149,6 +159,38 @@ class SideResult:
         c = Counter(f.severity for case in self.cases for _, f in case.findings())
         return {"error": c["error"], "warning": c["warning"], "note": c["note"]}
 
+    def effects(self) -> dict[tuple[str, str], str]:
+        """(case, parameter) -> what this endpoint did with it, for every case that measures one:
+        ``honoured``, ``ignored``, ``refused`` (an expectation failed on an error answer) or
+        ``cannot tell``."""
+        out: dict[tuple[str, str], str] = {}
+        rank = {"honoured": 0, "cannot tell": 1, "refused": 2, "ignored": 3}
+        for case in self.cases:
+            for check in case.checks:
+                if not check.parameter:
+                    continue
+                if check.ignored:
+                    verdict = "ignored"
+                elif check.outcome == "fail":
+                    verdict = "refused"
+                elif check.outcome == "pass":
+                    verdict = "honoured"
+                else:
+                    verdict = "cannot tell"
+                key = (case.id, check.parameter)
+                if key not in out or rank[verdict] > rank[out[key]]:
+                    out[key] = verdict
+        return out
+
+    def ignored(self) -> list[dict[str, Any]]:
+        """Each parameter this endpoint accepted and ignored: case, parameter, step and what was seen."""
+        return [
+            {"case": case.id, "parameter": check.parameter, "step": check.step, "seen": check.message}
+            for case in self.cases
+            for check in case.checks
+            if check.ignored
+        ]
+
     def finding_rows(self) -> list[dict[str, Any]]:
         return [{"case": case.id, "step": step, **f.as_dict()} for case in self.cases for step, f in case.findings()]
 
@@ -156,6 +198,7 @@ class SideResult:
         return {
             "label": self.label,
             "url": self.url,
+            "title": self.title,
             "model": self.model,
             "steering": self.steering.as_dict(),
             "seconds": round(self.seconds, 3),
@@ -164,7 +207,29 @@ class SideResult:
             "outcomes": dict(Counter(c.outcome for c in self.cases)),
             "cases": [c.as_dict() for c in self.cases],
             "findings": self.finding_rows(),
+            "ignored": self.ignored(),
         }
+
+
+def parameter_table(sides: Sequence[SideResult]) -> list[dict[str, Any]]:
+    """One row per (case, parameter) any side measured: what each side did with it (``by_side``:
+    label -> honoured / ignored / refused / cannot tell / not run) and, where it ignored it, what
+    was seen. The reports show it side by side: raw backend against gateway."""
+    effects = [side.effects() for side in sides]
+    seen: list[dict[tuple[str, str], str]] = [{} for _ in sides]
+    for side, found in zip(sides, seen, strict=True):
+        for r in side.ignored():
+            found.setdefault((r["case"], r["parameter"]), r["seen"])  # the first check that saw it
+    keys = list(dict.fromkeys(k for e in effects for k in e))
+    return [
+        {
+            "case": case,
+            "parameter": parameter,
+            "by_side": {s.label: e.get((case, parameter), "not run") for s, e in zip(sides, effects, strict=True)},
+            "seen": {s.label: w[(case, parameter)] for s, w in zip(sides, seen, strict=True) if (case, parameter) in w},
+        }
+        for case, parameter in keys
+    ]
 
 
 def key_of(row: Mapping[str, Any]) -> FindingKey:
@@ -206,5 +271,6 @@ class ProbeRun:
             "version": self.version,
             "created": self.created,
             "sides": {side.label: side.as_dict() for side in self.sides},
+            "parameters": parameter_table(self.sides),
             "comparison": self.comparison,
         }

@@ -63,6 +63,12 @@ class Target:
     model: str
     api_key: str | None = None
     label: str = "A"
+    title: str = ""  # what reports call it ("gateway, profile llamacpp"); the URL when not given
+
+    @property
+    def name(self) -> str:
+        """``A (gateway, profile llamacpp)``: how an "ignored" finding names the endpoint."""
+        return f"{self.label} ({self.title or self.url})"
 
     @property
     def base(self) -> str:
@@ -270,7 +276,7 @@ async def _run_case(
         steered_tools=frozenset(s.name for s in case.steps if s.steer.get("tool_call")),
         variables=variables,
     )
-    return judge_case(case, sent, ctx, options.check_options())
+    return judge_case(case, sent, ctx, options.check_options(), client.target.name)
 
 
 async def _probe_side(
@@ -299,7 +305,9 @@ async def _probe_side(
         for case in cases:
             if case.exclusive:
                 await one(case)
-    side = SideResult(target.label, target.url, target.model, steering, [results[c.id] for c in cases])
+    side = SideResult(
+        target.label, target.url, target.model, steering, [results[c.id] for c in cases], title=target.title
+    )
     side.seconds = time.perf_counter() - started
     return side
 

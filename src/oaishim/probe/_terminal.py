@@ -6,7 +6,7 @@ import shutil
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from oaishim.probe._results import CaseResult, ProbeRun, SideResult
+from oaishim.probe._results import CaseResult, ProbeRun, SideResult, parameter_table
 
 __all__ = ["ProgressPrinter", "percent", "summary_table"]
 
@@ -91,6 +91,15 @@ def summary_table(run: ProbeRun) -> str:
             f"{_side_name(side)}: {c['error']} error(s), {c['warning']} warning(s), {c['note']} note(s); "
             f"steering: text {st.text}, tool calls {st.tool_call}{extra}; {side.seconds:.1f} s"
         )
+    table = parameter_table(sides)
+    if table:
+        lines.append("")
+        rows = [["parameter", "case", *[s.label for s in sides]]]
+        rows += [[r["parameter"], r["case"], *[r["by_side"][s.label] for s in sides]] for r in table]
+        lines.extend(_table(rows))
+        for side in sides:
+            for row in side.ignored():
+                lines.append(f"{side.name} ignored {row['parameter']} ({row['case']}): {row['seen']}")
     if run.comparison is not None:
         lines.append(f"--against: {run.comparison['differ']} case(s) differ, {run.comparison['same']} the same")
     return "\n".join(lines)

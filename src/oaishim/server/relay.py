@@ -150,15 +150,55 @@ async def relay_stream(
         await send_error(send, error, [*extra, *retry_headers(response.headers)])
         return
     pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=limit)
-    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
-    tail = await pump(pipe, response, send, limit, ctx.response_id, ctx.model)
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    head = Head(send, extra)
+    tail = await pump(pipe, response, head, limit, ctx.response_id, ctx.model)
+    if tail is not None:
+        await head(tail, more=False)
 
 
-async def pump(pipe: StreamPipe, response: UpstreamResponse, send: Send, limit: int, rid: str, model: str) -> bytes:
+class Head:
+    """The 200 of a stream, held back until the pipe has a chunk for the client (with ``first``, the
+    bytes that open the stream, e.g. the Responses API's ``response.created``).
+
+    OpenAI refuses a request it cannot serve (a context overflow, a rate limit) before it streams,
+    with an HTTP error status the SDKs raise and retry by. Backends that validate inside their
+    stream generator answer 200 and then an error event; while nothing has been sent, the gateway
+    can still answer such an error as OpenAI does (:meth:`refuse`)."""
+
+    __slots__ = ("extra", "first", "refused", "send", "sent")
+
+    def __init__(self, send: Send, extra: Headers, first: bytes = b"") -> None:
+        self.send, self.extra, self.first = send, extra, first
+        self.sent = False  # the 200 went out
+        self.refused = False  # an error answer went out instead
+
+    async def __call__(self, body: bytes, *, more: bool = True) -> None:
+        """Send ``body``, after the 200 and the opening bytes when they are still held."""
+        if not self.sent:
+            self.sent = True
+            body = self.first + body
+            await self.send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self.extra]})
+        await self.send({"type": "http.response.body", "body": body, "more_body": more})
+
+    async def refuse(self, pipe: StreamPipe) -> bool:
+        """The pipe's error as the whole HTTP answer, when it ended before any chunk and nothing was
+        sent; whether the client has such an answer."""
+        error = pipe.refused
+        if not self.refused and not self.sent and error is not None:
+            self.refused = True
+            rid = pipe.normalizer.ctx.response_id
+            log.info("stream %s: the upstream refused it before its first chunk: HTTP %d", rid, error.status)
+            await send_error(self.send, error, self.extra)
+        return self.refused
+
+
+async def pump(
+    pipe: StreamPipe, response: UpstreamResponse, head: Head, limit: int, rid: str, model: str
+) -> bytes | None:
     """Feed the upstream's body through ``pipe`` and send what it gives, as it comes; return the last
     bytes for the client (the pipe's flush, or its one error event), which the caller sends to end the
-    body. The upstream is closed at the end, also when the client went away (the backend stops now)."""
+    body, or None when the client got an error answer instead of a stream (:meth:`Head.refuse`). The
+    upstream is closed at the end, also when the client went away (the backend stops now)."""
     tail = b""
     ex = current_exchange()
     if ex is not None:
@@ -175,9 +215,9 @@ async def pump(pipe: StreamPipe, response: UpstreamResponse, send: Send, limit: 
                 out = pipe.feed(piece)
                 done = perf()
                 spent += done - began
-                if out:
+                if out and not await head.refuse(pipe):
                     first = done if first is None else first
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await head(out)
                 if pipe.close_upstream:
                     break
             tail = pipe.flush()
@@ -192,4 +232,6 @@ async def pump(pipe: StreamPipe, response: UpstreamResponse, send: Send, limit: 
         response.close()
         if ex is not None:
             ex.streamed(pipe, first, spent)
+    if await head.refuse(pipe):
+        return None
     return tail

@@ -367,13 +367,14 @@ class _Turn:
         )
         held = _HeldTerminal(encoder)
         pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=self.limit, encoder=held)
-        await send({"type": "http.response.start", "status": 200, "headers": [*relay.SSE_HEADERS, *extra]})
-        await send({"type": "http.response.body", "body": b"".join(encoder.start()), "more_body": True})
-        tail = await relay.pump(pipe, response, send, self.limit, self.id, ctx.model)
+        head = relay.Head(send, extra, b"".join(encoder.start()))
+        tail = await relay.pump(pipe, response, head, self.limit, self.id, ctx.model)
+        if tail is None:  # refused before its first chunk: the client has the error, nothing is stored
+            return
         terminal = held.terminal
         try:
             await self._keep(encoder.response)
         except StoreError as error:
             if b"response.failed" not in terminal.split(b"\n", 1)[0]:
                 terminal = _failed_instead(terminal, error.openai())
-        await send({"type": "http.response.body", "body": tail + terminal, "more_body": False})
+        await head(tail + terminal, more=False)

@@ -28,7 +28,7 @@ from oaishim.transform import response as normalize
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.encode import ChatSSEEncoder, Encoder
 from oaishim.transform.stream import Chunk, StreamNormalizer
-from oaishim.transform.upstream_errors import normalize_upstream_error
+from oaishim.transform.upstream_errors import is_error_body, normalize_upstream_error
 from oaishim.transform.validate import Endpoint
 from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.sse import EventTooLarge, SSEDecoder
@@ -61,7 +61,7 @@ def plain_answer(endpoint: Endpoint, status: int, raw: bytes, ctx: ResponseConte
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise upstream_error("The upstream answered with a body that is not JSON.") from None
-    if not isinstance(body, Mapping) or ("error" in body and "choices" not in body and "data" not in body):
+    if not isinstance(body, Mapping) or ("data" not in body and is_error_body(body)):  # a 200 carrying an error
         raise normalize_upstream_error(status, body, context_param=ctx.context_param)
     try:
         return NORMALIZERS[endpoint](body, ctx)  # a body it cannot read raises OpenAIError 502, as does its own fault
@@ -92,7 +92,18 @@ class StreamPipe:
     upstream then, and calls ``flush()`` (which then gives nothing). ``ended``: the client's stream
     has its end (``[DONE]`` or the one error event). Never raises for what the upstream sends."""
 
-    __slots__ = ("_body", "_chat_sse", "_decoder", "_max", "_size", "close_upstream", "encoder", "ended", "normalizer")
+    __slots__ = (
+        "_body",
+        "_chat_sse",
+        "_decoder",
+        "_max",
+        "_size",
+        "chunks",
+        "close_upstream",
+        "encoder",
+        "ended",
+        "normalizer",
+    )
 
     def __init__(
         self,
@@ -112,6 +123,18 @@ class StreamPipe:
         self._max = max_event
         self.close_upstream = False
         self.ended = False
+        self.chunks = 0  # chunks given to the encoder: none yet means the client has seen no answer
+
+    @property
+    def refused(self) -> OpenAIError | None:
+        """The error the upstream sent in its stream before it gave the client any chunk, else None.
+        The shell holds the 200 until the first chunk, so such an error can still be the HTTP answer,
+        as OpenAI's is (it refuses a request, a context overflow say, before it streams). The
+        gateway's own failures (a cut or oversized stream, a deadline) stay the stream's last event."""
+        normalizer = self.normalizer
+        if self.ended and self.chunks == 0 and normalizer.upstream_error:
+            return normalizer.error
+        return None
 
     def feed(self, piece: bytes) -> bytes:
         if self.ended:  # also once close_upstream is set
@@ -135,10 +158,12 @@ class StreamPipe:
             for event in events:
                 for chunk in normalizer.feed(event.data):
                     out.append(b"data: " + dumps(chunk) + b"\n\n")
+            self.chunks += len(out)
         else:
             encode = self.encoder.feed
             for event in events:
                 for chunk in normalizer.feed(event.data):
+                    self.chunks += 1
                     out += encode(chunk)
         if decoder.unknown_fields:
             self._field_errors(decoder)
@@ -160,7 +185,9 @@ class StreamPipe:
             except orjson.JSONDecodeError:
                 body = None
             self._body = []
-            if isinstance(body, Mapping):
+            if is_error_body(body):  # a 200 whose one body is an error
+                normalizer.upstream_failed(body)
+            elif isinstance(body, Mapping):
                 chunks += normalizer.feed("", plain_as_chunk(body))
             chunks += normalizer.feed("[DONE]")
         else:
@@ -169,6 +196,7 @@ class StreamPipe:
             if self._decoder.unknown_fields:
                 self._field_errors(self._decoder)
         out: list[bytes] = []
+        self.chunks += len(chunks)
         for chunk in chunks:
             out += self.encoder.feed(chunk)
         self._end(out)
@@ -190,6 +218,7 @@ class StreamPipe:
         normalizer = self.normalizer
         if not normalizer.ended:
             for chunk in normalizer.flush():
+                self.chunks += 1
                 out += self.encoder.feed(chunk)
         self.ended = True
         error = normalizer.error
@@ -199,7 +228,7 @@ class StreamPipe:
         """Old llama.cpp sends a failure as an ``error:`` line, which clients ignore: it fails the stream."""
         for name, value in decoder.unknown_fields:
             if name == "error":
-                self.normalizer.fail(normalize_upstream_error(500, value))
+                self.normalizer.upstream_failed(value)
         decoder.unknown_fields.clear()
 
     def _id(self) -> str:

@@ -83,6 +83,7 @@ class StreamNormalizer:
         self._extra: dict[str, Any] = {}  # --keep-extensions: the current upstream chunk's own keys
         self._choice_extra: dict[str, Any] = {}
         self.error: OpenAIError | None = None  # why the stream failed, once ended by fail()
+        self.upstream_error = False  # that error is one the upstream sent in its stream (an error event)
         self._object = "chat.completion.chunk" if ctx.chat else "text_completion"
         self.stop_seen = False  # a stop at the gateway ended some choice (``stopped`` asks more only then)
         # the chat spec: usage null on every chunk but the last (legacy: not nullable)
@@ -135,7 +136,7 @@ class StreamNormalizer:
             if not isinstance(chunk, dict):  # orjson gives a dict for every JSON object
                 return []
             if "choices" not in chunk and is_error_body(chunk):
-                return self.fail(normalize_upstream_error(200, chunk))
+                return self.upstream_failed(chunk)
             if self.ctx.keep_extensions:
                 self._extra = {k: v for k, v in chunk.items() if k not in _TOP_KEYS}
             out: list[Chunk] = []
@@ -403,6 +404,12 @@ class StreamNormalizer:
             if c.state != "finished" and c.held is None:
                 return False
         return any(c.repair is not None and c.repair.stopped for c in self.choices.values())
+
+    def upstream_failed(self, body: Any) -> list[Chunk]:
+        """End the stream with the error the upstream sent in it (``body``: any backend's shape)."""
+        if not self.ended:
+            self.upstream_error = True
+        return self.fail(normalize_upstream_error(200, body, context_param=self.ctx.context_param))
 
     def fail(self, error: OpenAIError) -> list[Chunk]:
         """End the stream with an error (once): ``ended`` and ``error`` are set, no chunk follows."""

@@ -36,7 +36,7 @@ import orjson
 
 from oaishim.wire.errors import OpenAIError
 
-__all__ = ["is_error_body", "looks_like_server_fault", "normalize_upstream_error"]
+__all__ = ["OVERFLOW_MESSAGES", "is_error_body", "looks_like_server_fault", "normalize_upstream_error"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -236,14 +236,30 @@ _SERVER_FAULT = re.compile(
     r"\b(?:died|dead|crash|fail|error)\w*\b.{0,40}\bengine\b",
     re.IGNORECASE | re.DOTALL,
 )
-_CONTEXT_OVERFLOW = re.compile(
-    r"maximum context length|context length (?:is )?exceeded|exceeds? the (?:available|maximum) context|"
-    r"longer than the model's context length|exceeds? (?:the )?model'?s? (?:maximum )?context|"
-    r"context (?:size|window) (?:exceeded|is too small)|prompt is too long|"
-    r"input length \(\d+\) exceeds|too many tokens in (?:the )?prompt|"
-    r"\bexceeds?\b[^\n]{0,60}\bmax_(?:seq|input)_len\b",
-    re.IGNORECASE,
+# How each server words a context overflow, with where the wording comes from. One table for every
+# profile, not per profile: a gateway in front of a proxy, or with the generic profile, meets them all,
+# and none of these phrases means anything else. Matched case-insensitively against the message,
+# whatever the status (a 500 or a 200's error event that means overflow is still one).
+OVERFLOW_MESSAGES: tuple[tuple[str, str], ...] = (
+    (r"maximum context length", "OpenAI's own wording; vLLM and SGLang copy it (V-9, S-7)"),
+    (r"context length (?:is )?exceeded", "OpenAI's code as prose (proxies)"),
+    (r"input length \(\d+\) exceeds", "vLLM 2026 serving layer: 'Input length (X) exceeds model's …' (V-9)"),
+    (r"longer than the maximum model length", "vLLM engine input processor: 'The decoder prompt (length N) is …'"),
+    (r"longer than the model's context length", "SGLang tokenizer manager: 'The input (N tokens) is …' (S-7)"),
+    (r"exceeds? (?:the )?model'?s? (?:maximum )?context", "SGLang: 'Requested token count exceeds the model's …'"),
+    (
+        r"exceeds? the (?:available|maximum) context",
+        "llama.cpp: 'the request exceeds the available context size' (L-25)",
+    ),
+    (r"context (?:size|window) (?:has been |was |is )?(?:exceeded|too small)", "llama.cpp mid-stream, 500 (L-26)"),
+    (
+        r"\bexceeds?\b[^\n]{0,60}\bmax_(?:seq|input|num)_(?:len|tokens)\b",
+        "TensorRT-LLM: '… should not exceed max_seq_len (N)'",
+    ),
+    (r"exceeds? (?:the )?maximum input length", "TensorRT-LLM: 'Prompt length exceeds maximum input length'"),
+    (r"prompt is too long|too many tokens in (?:the )?prompt", "other OpenAI-compatible servers and proxies"),
 )
+_CONTEXT_OVERFLOW = re.compile("|".join(f"(?:{pattern})" for pattern, _ in OVERFLOW_MESSAGES), re.IGNORECASE)
 _UNKNOWN_MODEL = re.compile(
     # "The model `x` does not exist", 'model "x" not found', "model not found": the name, if any,
     # sits between "model" and the verdict, so "the model does not support …; template not found" is not one
