@@ -370,6 +370,9 @@ class _Turn:
         await send({"type": "http.response.start", "status": 200, "headers": [*relay.SSE_HEADERS, *extra]})
         await send({"type": "http.response.body", "body": b"".join(encoder.start()), "more_body": True})
         tail = await relay.pump(pipe, response, send, self.limit, self.id, ctx.model)
+        ex = current()
+        if ex is not None and ex.trace is not None:
+            ex.trace.answered(encoder.response)  # the id the client saw (resp_…), not the chat stream's
         terminal = held.terminal
         try:
             await self._keep(encoder.response)
