@@ -224,6 +224,10 @@ def test_a_backend_that_breaks_mid_stream_marks_the_spans_failed() -> None:
     server = t.server()
     assert server.status.status_code is StatusCode.ERROR
     assert attrs(server)["error.type"] == "bad_response"
+    (client,) = t.clients()
+    assert client.status.status_code is StatusCode.ERROR
+    assert attrs(client)["error.type"] == "bad_response"
+    assert client.end_time is not None and server.end_time is not None and client.end_time <= server.end_time
 
 
 def test_a_request_the_gateway_refuses_is_not_an_error_span() -> None:

@@ -103,7 +103,7 @@ class RequestSpan:
     """One request's SERVER span, and what its hooks noted until it ends."""
 
     __slots__ = (
-        "calling", "finish", "inputs", "outputs", "owner", "request_model", "response_id", "response_model",
+        "calling", "calls", "finish", "inputs", "outputs", "owner", "request_model", "response_id", "response_model",
         "server", "span", "started_ns", "system",
     )  # fmt: skip
 
@@ -124,6 +124,7 @@ class RequestSpan:
             ex.method, context=parent, kind=SpanKind.SERVER, attributes=attributes, start_time=self.started_ns
         )
         self.calling: Span | None = None  # the backend call in flight (its child span)
+        self.calls: list[TracedResponse] = []  # the calls answered, their spans ended with the request's
         self.request_model: str | None = None
         self.response_id: str | None = None
         self.response_model: str | None = None
@@ -194,6 +195,7 @@ class RequestSpan:
         attributes["oaishim.added_seconds"] = ex.added
         for kind in ex.repairs:
             span.add_event("oaishim.repair", {"oaishim.repair.kind": kind})
+        self._end_calls(ex)
         failed = ex.status >= 500 or (ex.upstream_fault is not None and not ex.gone)
         if failed:
             cause = ex.upstream_fault or str(ex.status)
@@ -202,6 +204,17 @@ class RequestSpan:
         span.update_name(mask(name))
         span.set_attributes({k: mask(v) if isinstance(v, str) else v for k, v in attributes.items()})
         span.end()
+
+    def _end_calls(self, ex: Exchange) -> None:
+        """End the backend calls' spans at the times their bodies ended. Only now is it known whether
+        the last one's body broke off (the relay notes it after closing), which marks it failed."""
+        fault = ex.upstream_fault
+        for call in self.calls:
+            if call is self.calls[-1] and fault is not None and not fault.startswith("http_") and not ex.gone:
+                call.span.set_attribute("error.type", fault)
+                call.span.set_status(Status(StatusCode.ERROR, "the backend's body could not be relayed"))
+            call.span.end(call.ended)
+        self.calls.clear()
 
     def _response(self, ex: Exchange, attributes: dict[str, AttributeValue]) -> None:
         if self.response_id is not None and ex.status == 200:
@@ -291,40 +304,36 @@ class TracedUpstream:
         if response.status >= 400:
             span.set_attribute("error.type", str(response.status))
             span.set_status(Status(StatusCode.ERROR))
-        return TracedResponse(response, span)
+        traced = TracedResponse(response, span)
+        request.calls.append(traced)
+        return traced
 
 
 class TracedResponse:
-    """A backend response whose ``close`` ends the call's span; a broken body marks it failed."""
+    """A backend response whose ``close`` notes when the call ended (its span is ended with the
+    request's, see :meth:`RequestSpan._end_calls`); the body passes through untouched."""
 
-    __slots__ = ("_inner", "_span", "content_length", "content_type", "headers", "status")
+    __slots__ = ("_inner", "content_length", "content_type", "ended", "headers", "span", "status")
 
     def __init__(self, inner: UpstreamResponse, span: Span) -> None:
-        self._inner = inner
-        self._span: Span | None = span
+        self._inner, self.span = inner, span
         self.status: int = inner.status
         self.headers: RawHeaders = inner.headers
         self.content_type: str = inner.content_type
         self.content_length: int | None = inner.content_length
+        self.ended: int | None = None  # time_ns() at close; None: still open when the request ended
 
     @property
     def request(self) -> SentRequest:
         return self._inner.request
 
-    async def pieces(self) -> AsyncIterator[bytes]:
-        try:
-            async for piece in self._inner.pieces():
-                yield piece
-        except OpenAIError as error:
-            if self._span is not None:
-                _failed(self._span, error)
-            raise
+    def pieces(self) -> AsyncIterator[bytes]:
+        return self._inner.pieces()  # no layer of its own: a streamed chunk costs nothing here
 
     def close(self) -> None:
         self._inner.close()
-        if self._span is not None:
-            self._span.end()
-            self._span = None
+        if self.ended is None:
+            self.ended = time.time_ns()
 
 
 # -- configuration from the environment ------------------------------------------------------------
