@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -45,6 +45,7 @@ from oaishim.server.recording import RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
 from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.seam import header as response_header
+from oaishim.server.tracing import configured as tracing_configured
 from oaishim.server.upstream import Upstreams
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.plan import response_context
@@ -61,6 +62,9 @@ from oaishim.wire.errors import (
 from oaishim.wire.headers import passthrough_headers, retry_headers
 from oaishim.wire.paths import BadTarget, allowed, normalize_path, parse_rule, quote_query
 
+if TYPE_CHECKING:
+    from oaishim.server.spans import Spans
+
 log = logging.getLogger("oaishim.gateway")
 ENDPOINTS: dict[str, Endpoint] = {
     "/v1/chat/completions": "chat",
@@ -73,9 +77,9 @@ UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
 
 
 class Gateway:
-    def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream | None = None, *, tracing: Spans | None = None) -> None:
         """``upstream``: what the backends are reached through (the aiohttp client unless given;
-        the tests give an in-process one)."""
+        the tests give an in-process one). ``tracing``: the spans' exporter (else as OTEL_* say)."""
         self.settings = settings
         self.keys = KeyRing(settings.api_keys, settings.virtual_keys)
         self.limiter = limiter_for(settings.limits, settings.virtual_keys)  # None: no key has a limit
@@ -95,6 +99,10 @@ class Gateway:
         self.access = AccessLog(settings.access_log, self.secrets)
         self.metrics_key = KeyRing((settings.metrics_key,) if settings.metrics_key else ())
         name_requests()
+        self.tracing = tracing if tracing is not None else tracing_configured()  # None unless OTEL_* ask
+        if self.tracing is not None:
+            self.tracing.secrets = self.secrets  # masked in every span attribute
+            self.upstreams = self.tracing.wrap(self.upstreams)
 
     # -- lifespan ----------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -110,6 +118,8 @@ class Gateway:
         await self.upstreams.close()
         if self.recording is not None:
             self.recording.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
 
     async def profile_for(self, route: ModelRoute) -> Profile:
         cached = self.profiles.get(route.name)
@@ -152,6 +162,8 @@ class Gateway:
         if self.secrets and any(secret in ex.request_id.encode() for secret in self.secrets):
             ex.request_id = new_request_id()  # a client's id that holds a key is never echoed or logged
         token = ex.enter()
+        if self.tracing is not None and scope["path"] not in UNLOGGED:
+            ex.trace = self.tracing.begin(scope, ex)
         rec = None if self.recording is None or scope["path"] in UNLOGGED else self.recording.begin(scope)
         upstream = self.upstreams
         if rec is not None:
@@ -174,6 +186,8 @@ class Gateway:
             ended = time.perf_counter()
             self.access.write(ex, ended)
             self.metrics.observe(ex, ended)
+            if ex.trace is not None:
+                ex.trace.end(ex, ended)
             ex.leave(token)
             if ex.vkey is not None and self.limiter is not None and (ex.tokens_in or ex.tokens_out):
                 await self.limiter.charge(ex.vkey, (ex.tokens_in or 0) + (ex.tokens_out or 0))

@@ -20,6 +20,7 @@ import logging
 import secrets
 import time
 from collections.abc import Iterable
+from typing import Protocol
 
 from oaishim.server.asgi import Headers, Message, Scope, Send
 from oaishim.server.config import VirtualKey
@@ -32,6 +33,7 @@ __all__ = [
     "Exchange",
     "RequestIdFilter",
     "StreamCount",
+    "Trace",
     "current",
     "fault_cause",
     "new_request_id",
@@ -88,6 +90,7 @@ class Exchange:
         "streams",
         "tokens_in",
         "tokens_out",
+        "trace",
         "upstream_fault",
         "upstream_status",
         "vkey",
@@ -121,6 +124,7 @@ class Exchange:
         self.bytes_out = 0
         self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
         self.gone = False  # the client went away before the answer ended
+        self.trace: Trace | None = None  # the request's span, when tracing is on (server.spans)
 
     def usage(self, usage: object) -> None:
         """Note the token counts of an OpenAI ``usage`` object (chat, completions or Responses names)."""
@@ -185,12 +189,16 @@ class Exchange:
         self.repaired(sorted(normalizer.ctx.repairs))
         if normalizer.error is not None and self.upstream_fault is None and not self.gone:
             self.upstream_fault = fault_cause(normalizer.error)
+        if self.trace is not None:
+            self.trace.streamed(pipe)
 
     def answered(self, ctx: ResponseContext, body: object, spent: float) -> None:
         """A plain answer was rewritten in ``spent`` seconds."""
         self.added += spent
         self.usage(body.get("usage") if isinstance(body, dict) else None)
         self.repaired(sorted(ctx.repairs))
+        if self.trace is not None:
+            self.trace.answered(body)
 
     def enter(self) -> contextvars.Token[Exchange | None]:
         return _current.set(self)
@@ -198,6 +206,16 @@ class Exchange:
     @staticmethod
     def leave(token: contextvars.Token[Exchange | None]) -> None:
         _current.reset(token)
+
+
+class Trace(Protocol):
+    """What the request's span hears of it (``server.spans.RequestSpan``)."""
+
+    def inject(self, headers: dict[str, str]) -> None: ...
+    def prepared(self, prepared: PreparedRequest) -> None: ...
+    def answered(self, body: object) -> None: ...
+    def streamed(self, pipe: StreamPipe) -> None: ...
+    def end(self, ex: Exchange, ended: float) -> None: ...
 
 
 class StreamCount:
@@ -231,6 +249,8 @@ def note(route: str, profile: str, prepared: PreparedRequest) -> None:
         ex.repaired(prepared.repairs)
         if prepared.dropped:
             ex.repaired(("fields_dropped",))
+        if ex.trace is not None:
+            ex.trace.prepared(prepared)
 
 
 def current() -> Exchange | None:

@@ -371,6 +371,9 @@ class _Turn:
         tail = await relay.pump(pipe, response, head, self.limit, self.id, ctx.model)
         if tail is None:  # refused before its first chunk: the client has the error, nothing is stored
             return
+        ex = current()
+        if ex is not None and ex.trace is not None:
+            ex.trace.answered(encoder.response)  # the id the client saw (resp_…), not the chat stream's
         terminal = held.terminal
         try:
             await self._keep(encoder.response)

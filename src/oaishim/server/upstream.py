@@ -44,6 +44,8 @@ def request_headers(route: ModelRoute, content_type: str | None) -> dict[str, st
     ex = current()
     if ex is not None:
         headers["x-request-id"] = ex.request_id  # one id across the client's, the gateway's and the backend's logs
+        if ex.trace is not None:
+            ex.trace.inject(headers)  # traceparent: the backend's spans join the client's trace
     return headers
 
 
