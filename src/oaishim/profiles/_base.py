@@ -11,8 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oaishim.profiles._tool_choice import ToolChoiceSupport
+
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
 MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
+OFFICIAL_TOOL_CHOICE = ToolChoiceSupport()  # frozen: one shared value is safe
 RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
 
 
@@ -45,6 +48,10 @@ class Profile:
       display_markup: literal tags the backend's models leak into text (besides the tokenizer's
         special tokens), stripped from reasoning and content when the display cleanup is on.
       server_header: a substring of the ``Server`` header that identifies the backend (auto).
+
+    tool_choice (issue 15): how the backend takes a forced ``tool_choice`` (``required``, a named
+      function), ``none`` and ``parallel_tool_calls``, as a :class:`~oaishim.profiles._tool_choice.
+      ToolChoiceSupport` (its docstring names the ways). The default is the official behaviour.
     """
 
     name: str
@@ -62,6 +69,8 @@ class Profile:
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
     display_markup: frozenset[str] = frozenset()
     server_header: str | None = None
+    # -- tool_choice and parallel_tool_calls (issue 15)
+    tool_choice: ToolChoiceSupport = OFFICIAL_TOOL_CHOICE
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

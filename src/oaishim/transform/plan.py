@@ -73,4 +73,5 @@ def response_context(
         keep_extensions=settings.keep_extensions,
         repair=plan,
         context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
+        one_tool_call=chat and not prepared.parallel_tool_calls,
     )

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.profiles._base import Profile
+from oaishim.transform.params.tool_choice import plan_tools
 from oaishim.transform.validate import Endpoint, validate
 
 __all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare", "rewrite"]
@@ -98,6 +99,10 @@ class PreparedRequest:
     include_stop_str_in_output: bool = False
     max_tokens: int | None = None
     repairs: list[str] = field(default_factory=list)  # what the rewrite changed, by kind (for the operator)
+    # tool_choice / parallel_tool_calls (issue 15): what the gateway checks in the answer itself
+    # (transform.params.tool_choice.ToolPlan.check), and whether the client allows several calls
+    tool_check: str | None = None
+    parallel_tool_calls: bool = True
 
 
 def _text(content: Any) -> str:
@@ -264,6 +269,7 @@ def rewrite(
         del out[name]
         if name in client:
             dropped.append(name)
+    tool_plan = plan_tools(out, client, profile) if endpoint == "chat" else None
     if profile.request_hooks:
         out = copy.deepcopy(out)  # hooks edit in place, at any depth; the caller's nested data is shared
         for _name, hook in profile.request_hooks:
@@ -286,5 +292,7 @@ def rewrite(
         stop=_stops(client.get("stop")),
         include_stop_str_in_output=client.get("include_stop_str_in_output") is True,
         max_tokens=limit,
-        repairs=repairs,
+        repairs=[*repairs, *(tool_plan.repairs if tool_plan else ())],
+        tool_check=tool_plan.check if tool_plan else None,
+        parallel_tool_calls=tool_plan.parallel if tool_plan else True,
     )
