@@ -17,12 +17,17 @@ Each choice either costs nothing on a lenient server or prevents a 400 on a stri
     stops vLLM-derived servers from turning ``{}`` into usage (V-25, T-19).
   * ``tool_call_type_required``: ``type: "function"`` is the official shape anyway (L-4).
   * ``splits_reasoning = False``: the gateway's ``<think>`` splitter is harmless on text without tags.
+  * tool_choice / parallel_tool_calls (issue 15): whether an unknown server forces a call is unknown
+    (Ollama ignores ``tool_choice``, O-1; TensorRT-LLM has no ``required``, T-5), so a forced choice is
+    sent as ``auto`` and checked (``retry``): on a server that does force it the first answer passes.
+    ``none``: the tools are not sent.
 """
 
 from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 GENERIC = Profile(
     name="generic",
@@ -36,4 +41,5 @@ GENERIC = Profile(
     tool_call_type_required=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
 )

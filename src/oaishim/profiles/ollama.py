@@ -18,6 +18,10 @@ Wire quirks (``docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609)
     ``arguments`` must be valid JSON (400 "invalid tool call arguments").
   * O-15 ``reasoning_effort``: none → think off, minimal → low, xhigh/ultra → max; invalid → 400.
   * O-16 usage only with ``include_usage``; ``stream_options: {}`` does not turn it on (§6).
+  * tool_choice / parallel_tool_calls (issue 15): both ignored (O-1): a forced choice is sent as ``auto``
+    (a named one offers only that function) and the gateway checks the answer, asks once more, then
+    answers an error (``retry``); under ``parallel_tool_calls: false`` the gateway keeps one call.
+    ``none``: the tools are not sent, the only way to stop a call there.
 Response side (fixed by the generic normaliser): O-9 ids ``chatcmpl-<0..998>`` (collide); O-10 completions
 ``created`` per chunk; O-11 first chunk carries content; O-12 old versions put tool calls with
 ``finish_reason: "stop"`` (#9092, PR #7963); O-13 whole tool call in one delta; O-14 ``index`` in
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 OLLAMA = Profile(
     name="ollama",
@@ -53,6 +58,7 @@ OLLAMA = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning",),
+    tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
 )
 
 FAMILY = Family(

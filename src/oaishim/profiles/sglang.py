@@ -15,6 +15,10 @@ Wire quirks (``docs/backend-quirks.md`` §2 row; source file; issue), request si
     are not described, so the profile sends ``max_tokens`` only (unsure; same meaning in SGLang).
   * S-8 sampling defaults from ``generation_config``; S-20 ``include_usage`` defaults to False
     (``--stream-response-default-include-usage`` turns it on for everyone; not detectable).
+  * tool_choice / parallel_tool_calls (issue 15): named choices are enforced (only that tool reaches the
+    template, S-5, ``serving_chat.py`` ``_process_messages``); ``required`` is sent as it is (SGLang
+    constrains it like vLLM; inferred, the notes do not describe it). ``parallel_tool_calls`` defaults to
+    true (S-5). ``none``: the tools are not sent.
 Response side (fixed by the generic normaliser): S-9 first chunk without ``refusal``; S-10 chunk ``id``
 differs per choice for n>1 and ``created`` changes across seconds (#39864, PR #39887); S-11 ``model``
 echoes the request (``"default"``, #4293); S-12 separate finish chunk; S-13 ``finish_reason:"abort"``;
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 SGLANG = Profile(
     name="sglang",
@@ -47,6 +52,7 @@ SGLANG = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
+    tool_choice=ToolChoiceSupport(none_hides_tools=True),
 )
 
 FAMILY = Family(

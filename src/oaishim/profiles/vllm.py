@@ -22,6 +22,13 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
     (v0.10 / engine-split era) → ``{}`` turns usage on; the 2026 default is False (recorded
     0.32 ``s1_chat_stream_emptyopts`` has no usage chunk).
   * v0.10 ``reasoning_effort`` accepts only low/medium/high (``protocol.py``@0052bed3); 2026 none…max.
+  * tool_choice / parallel_tool_calls (issue 15): ``required`` and named choices are enforced by vLLM's
+    guided decoding (V-22: a JSON-array grammar for ``required``), so both are sent as they are. 0.32
+    without ``--tool-call-parser`` refuses both (400 "tool_choice=\"required\" requires --tool-call-parser
+    to be set", ``renderers/online_renderer.py``; recorded ``s1_tools_required``, ``s1_tools_named``): the
+    gateway resends with ``tool_choice: "none"`` and ``structured_outputs: {json}`` forcing one call
+    (``refusal``/``guided``; older versions read ``guided_json`` and are not given the fallback).
+    ``none``: the tools are not sent. ``parallel_tool_calls`` defaults to true, as OpenAI's.
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
 ``refusal``; V-15 ``finish_reason`` on the last content chunk; V-17 ``stop_reason``; V-18 extra null
 fields; V-19 ``tool_calls: []`` (#44104); V-21 ids ``chatcmpl-tool-…``; V-23 reasoning output
@@ -42,6 +49,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # vLLM's 400 for tool_choice "auto" (explicit, or the default with tools) without a tool-call parser
 # (V-5): '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
@@ -65,6 +73,7 @@ FORBID_ERA = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    tool_choice=ToolChoiceSupport(none_hides_tools=True),
 )
 
 ALLOW_ERA = Profile(
@@ -83,6 +92,7 @@ ALLOW_ERA = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    tool_choice=ToolChoiceSupport(none_hides_tools=True),
 )
 
 LAYOUT_2026 = Profile(
@@ -100,6 +110,9 @@ LAYOUT_2026 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    tool_choice=ToolChoiceSupport(
+        refusal="requires --tool-call-parser", guided="structured_outputs", none_hides_tools=True
+    ),
 )
 
 FAMILY = Family(
