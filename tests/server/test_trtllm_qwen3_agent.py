@@ -63,6 +63,8 @@ PASS_THROUGH = "llamacpp-as-sent"
 def _pass_through_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     as_sent = replace(get_profile("llamacpp@b9174"), tool_choice=ToolChoiceSupport())
     monkeypatch.setattr(_registry, "PROFILES", {**_registry.PROFILES, PASS_THROUGH: as_sent})
+
+
 NULL_EXTRAS = {"stop_reason", "mm_embedding_handle", "disaggregated_params", "avg_decoded_tokens_per_iter"}
 
 
