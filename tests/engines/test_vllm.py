@@ -500,7 +500,7 @@ def test_errors_are_openai_errors(phase: Phase) -> None:
 def test_every_responses_case_passes_through_the_gateway(phase: Phase) -> None:
     gateway, raw = phase.probe["sides"]["A"], phase.probe["sides"]["B"]
     cases = {c["id"]: c for c in gateway["cases"] if c["id"].startswith("responses.")}
-    assert len(cases) == 7
+    assert len(cases) == 8
     failing = [name for name, c in cases.items() if c["outcome"] == "fail" and name != "responses.function-call"]
     assert failing == []
     errors = [f for f in gateway["findings"] if f["severity"] == "error" and f["case"] != "responses.function-call"]

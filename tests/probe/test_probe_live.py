@@ -153,7 +153,7 @@ def test_every_responses_case_passes_through_the_gateway(probed: Probed) -> None
     """The gateway's /v1/responses has no error-level finding; llama-server's own is beside it."""
     gateway, raw = probed.side("A"), probed.side("B")
     cases = [c for c in gateway["cases"] if c["id"].startswith("responses.")]
-    assert len(cases) == 7 and all(c["outcome"] == "pass" for c in cases)
+    assert len(cases) == 8 and all(c["outcome"] == "pass" for c in cases)
     assert [f for f in gateway["findings"] if f["case"].startswith("responses.") and f["severity"] == "error"] == []
     raw_errors = [f for f in raw["findings"] if f["case"].startswith("responses.") and f["severity"] == "error"]
     assert raw_errors  # llama-server's own /v1/responses: the schema, item events, errors without param

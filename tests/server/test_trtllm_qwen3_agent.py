@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, cast
 
 import httpx2
@@ -23,6 +24,8 @@ from _trt import ANSWER_CHAT, ANSWER_NO_TOOLS, ANSWER_RESULT, THINK_CHAT, THINK_
 from test_replay_fixtures import final_text, post
 
 from oaishim.check import CheckOptions, Finding, check, exchange_from_bytes
+from oaishim.profiles import _registry, get_profile
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 PROFILE = "trtllm@0"  # TensorRT-LLM < 1.4, 1.3.0rc6 included
 MODEL = "Qwen3-32B-NVFP4"
@@ -51,8 +54,17 @@ ASK_WEATHER: list[dict[str, Any]] = [
     {"role": "user", "content": "查看北京天气"},
 ]
 HELLO: list[dict[str, Any]] = [{"role": "user", "content": "你好"}]
-# A profile that passes developer and history reasoning_content through (the agent talking to TRT directly, no gateway).
-PASS_THROUGH = "llamacpp@b9174"
+# A profile that passes developer and history reasoning_content through (the agent talking to TRT directly, no gateway):
+# llama.cpp's, without its tool_choice translation (it sends parallel_tool_calls: true, llama.cpp's default being false).
+PASS_THROUGH = "llamacpp-as-sent"
+
+
+@pytest.fixture(autouse=True)
+def _pass_through_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    as_sent = replace(get_profile("llamacpp@b9174"), tool_choice=ToolChoiceSupport())
+    monkeypatch.setattr(_registry, "PROFILES", {**_registry.PROFILES, PASS_THROUGH: as_sent})
+
+
 NULL_EXTRAS = {"stop_reason", "mm_embedding_handle", "disaggregated_params", "avg_decoded_tokens_per_iter"}
 
 

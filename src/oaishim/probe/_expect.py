@@ -372,6 +372,31 @@ def _param_changes_prompt(params: Mapping[str, Any], views: Views, ctx: Context)
     return Verdict("fail", f"{param} {value!r} had no effect on the prompt: {verdict.message}", verdict.path)
 
 
+# -- issue 15: tool_choice and parallel_tool_calls ---------------------------------------------------
+
+
+def _forced_call(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """``tool-call``, whose failure names the parameter that had no effect (``param``, e.g.
+    ``tool_choice: required``)."""
+    verdict = _tool_call(params, views, ctx)
+    if verdict.outcome != "fail":
+        return verdict
+    return Verdict("fail", f"{params.get('param', 'tool_choice')} had no effect: {verdict.message}", verdict.path)
+
+
+def _tool_calls_at_most(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    name, most = params["step"], int(params.get("count", 1))
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    calls = views[name].tool_calls()
+    if not calls and name in ctx.steered_tools and not ctx.tool_calls_forceable:
+        return Verdict("skip", "cannot tell: no way was found to make this model call a tool")
+    if len(calls) > most:
+        what = params.get("param", "parallel_tool_calls: false")
+        return Verdict("fail", f"{what} had no effect: step {name} has {len(calls)} tool calls", "$.choices[0].message")
+    return Verdict("pass", f"{len(calls)} tool call(s), at most {most}")
+
+
 EXPECTATIONS: dict[str, Check] = {
     "status": _status,
     "same-text": _same_text,
@@ -399,4 +424,6 @@ EXPECTATIONS: dict[str, Check] = {
     "json-matches-schema": _json_matches_schema,
     "no-reasoning": _no_reasoning,
     "param-changes-prompt": _param_changes_prompt,
+    "forced-call": _forced_call,
+    "tool-calls-at-most": _tool_calls_at_most,
 }

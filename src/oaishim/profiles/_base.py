@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from oaishim.profiles._reasoning_effort import OFFICIAL_WAY, ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
 MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
+OFFICIAL_TOOL_CHOICE = ToolChoiceSupport()  # frozen: one shared value is safe
 RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
 
 
@@ -54,6 +56,9 @@ class Profile:
       whether "off" reaches every template (``profiles._reasoning_effort``). The default is the
       official API's: every value sent as it is. With thinking off the gateway drops any reasoning
       the backend still sends, whatever this says.
+    tool_choice (issue 15): how the backend takes a forced ``tool_choice`` (``required``, a named
+      function), ``none`` and ``parallel_tool_calls``, as a :class:`~oaishim.profiles._tool_choice.
+      ToolChoiceSupport` (its docstring names the ways). The default is the official behaviour.
     """
 
     name: str
@@ -73,6 +78,8 @@ class Profile:
     server_header: str | None = None
     # -- reasoning_effort (issue 15)
     reasoning_effort_in: ReasoningEffortIn = OFFICIAL_WAY
+    # -- tool_choice and parallel_tool_calls (issue 15)
+    tool_choice: ToolChoiceSupport = OFFICIAL_TOOL_CHOICE
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

@@ -20,6 +20,10 @@ Each choice either costs nothing on a lenient server or prevents a 400 on a stri
     names it); no ``chat_template_kwargs`` switch, which a strict server might refuse. Whether "off"
     reaches the template is unknown, so with thinking off the gateway drops any reasoning from the answer.
   * ``splits_reasoning = False``: the gateway's ``<think>`` splitter is harmless on text without tags.
+  * tool_choice / parallel_tool_calls (issue 15): whether an unknown server forces a call is unknown
+    (Ollama ignores ``tool_choice``, O-1; TensorRT-LLM has no ``required``, T-5), so a forced choice is
+    sent as ``auto`` and checked (``retry``): on a server that does force it the first answer passes.
+    ``none``: the tools are not sent.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 GENERIC = Profile(
     name="generic",
@@ -41,4 +46,5 @@ GENERIC = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
     reasoning_effort_in=ReasoningEffortIn(native_off=False),
+    tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
 )

@@ -28,6 +28,11 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     ``--reasoning-budget`` counts are server flags (per-request budget keys vary by build), so no budget
     is sent: low…max all mean "on".
   * L-20 usage only with ``stream_options.include_usage``; ``{}`` does not turn it on (§6).
+  * tool_choice / parallel_tool_calls (issue 15): ``required`` is enforced by llama.cpp's grammar
+    (``common/chat.cpp`` ``common_chat_tool_choice_parse_oaicompat``, L-3); a named choice is read as
+    ``auto`` (L-2), so the gateway offers only the named function under ``required``. ``parallel_tool_calls``
+    defaults to false there (L-3): a request that leaves it out is sent ``true``, OpenAI's default.
+    ``none``: the tools are not sent.
 Response side (fixed by the generic normaliser): L-12 first delta ``content: null``; L-13 ``created``
 per result (old builds: id per chunk, #5876); L-16 ``timings``, ``system_fingerprint`` = build;
 L-17 no ``logprobs`` key unless asked; L-18 tool-call ids without ``call_``; L-21/L-22 logprobs with
@@ -51,6 +56,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # enable_thinking is read from chat_template_kwargs by every build that has it (L-19); older ones ignore it (L-1)
 _THINKING = ReasoningEffortIn(switch=("enable_thinking",), native_off=False)
@@ -72,6 +78,7 @@ BEFORE_B9174 = Profile(
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
     reasoning_effort_in=_THINKING,
+    tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
 )
 
 FROM_B9174 = Profile(
@@ -91,6 +98,7 @@ FROM_B9174 = Profile(
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
     reasoning_effort_in=_THINKING,
+    tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
 )
 
 FAMILY = Family(

@@ -21,6 +21,10 @@ Wire quirks (``docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609)
     400. Every official value is sent on, except ``minimal``, sent as ``none`` so that it turns thinking
     off as the gateway promises rather than to low.
   * O-16 usage only with ``include_usage``; ``stream_options: {}`` does not turn it on (§6).
+  * tool_choice / parallel_tool_calls (issue 15): both ignored (O-1): a forced choice is sent as ``auto``
+    (a named one offers only that function) and the gateway checks the answer, asks once more, then
+    answers an error (``retry``); under ``parallel_tool_calls: false`` the gateway keeps one call.
+    ``none``: the tools are not sent, the only way to stop a call there.
 Response side (fixed by the generic normaliser): O-9 ids ``chatcmpl-<0..998>`` (collide); O-10 completions
 ``created`` per chunk; O-11 first chunk carries content; O-12 old versions put tool calls with
 ``finish_reason: "stop"`` (#9092, PR #7963); O-13 whole tool call in one delta; O-14 ``index`` in
@@ -42,6 +46,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 OLLAMA = Profile(
     name="ollama",
@@ -58,6 +63,7 @@ OLLAMA = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning",),
     reasoning_effort_in=ReasoningEffortIn(nearest=(("minimal", "none"),)),
+    tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
 )
 
 FAMILY = Family(

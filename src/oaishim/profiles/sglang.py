@@ -22,6 +22,10 @@ Wire quirks (``docs/backend-quirks.md`` §2 row; source file; issue), request si
     ``normalize_reasoning_inputs``). Newer releases accept none…max and floats, but the release is not
     detectable, so the profile sends what every release reads: low/medium/high (xhigh/max as high) and
     both switch keys, false for none/minimal, true otherwise.
+  * tool_choice / parallel_tool_calls (issue 15): named choices are enforced (only that tool reaches the
+    template, S-5, ``serving_chat.py`` ``_process_messages``); ``required`` is sent as it is (SGLang
+    constrains it like vLLM; inferred, the notes do not describe it). ``parallel_tool_calls`` defaults to
+    true (S-5). ``none``: the tools are not sent.
 Response side (fixed by the generic normaliser): S-9 first chunk without ``refusal``; S-10 chunk ``id``
 differs per choice for n>1 and ``created`` changes across seconds (#39864, PR #39887); S-11 ``model``
 echoes the request (``"default"``, #4293); S-12 separate finish chunk; S-13 ``finish_reason:"abort"``;
@@ -40,6 +44,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 SGLANG = Profile(
     name="sglang",
@@ -62,6 +67,7 @@ SGLANG = Profile(
         switch_on=True,
         native_off=False,
     ),
+    tool_choice=ToolChoiceSupport(none_hides_tools=True),
 )
 
 FAMILY = Family(

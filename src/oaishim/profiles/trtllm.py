@@ -30,6 +30,11 @@ Wire quirks (``docs/backend-quirks.md`` §3 row; source file; issue), request si
     ``max_tokens``, the one name every version reads (sending both keys could trip ``extra="forbid"``).
   * T-19 ``include_usage`` defaults to True when ``stream_options`` is present (2026 source too).
   * T-9 ``suffix`` and ``stream_options`` without ``stream`` → 400; T-8 older PyTorch backend rejects n>1.
+  * tool_choice / parallel_tool_calls (issue 15): 1.3 has no ``required`` (T-5, ``openai_protocol.py``
+    ``check_tool_choice``; older protocols allow only none/auto/named): it is sent as ``auto`` and the
+    gateway checks the answer, asks once more, then answers an error (``retry``). Named choices are
+    supported (§6 table). ``parallel_tool_calls`` is accepted but not enforced (T-5): dropped (above),
+    and the gateway keeps at most one call under ``false``. ``none``: the tools are not sent.
 Response side (fixed by the generic normaliser): T-10 first chunk ``{"role"}`` only, SSE ``data: {...} \\n\\n``
 with a trailing space; T-11 fresh chunk ``id``/``created`` per chunk before PR #14708 (2026-05-28), seen on 1.3.0rc6;
 T-12 ``"content":""``/``"reasoning_content":""`` on every chunk; T-13 finish on the last delta; T-14
@@ -52,6 +57,7 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # What the 2026 request model lacks, plus parallel_tool_calls (accepted there, never enforced, absent before).
 _DROPPED = PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"}
@@ -72,6 +78,7 @@ BEFORE_1_4 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
     reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),
+    tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
 )
 
 FROM_1_4 = Profile(
@@ -95,6 +102,7 @@ FROM_1_4 = Profile(
         nearest=(("minimal", "none"), ("xhigh", "high")),
         native_off=False,  # only templates reading reasoning_effort switch (no enable_thinking: the guard)
     ),
+    tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
 )
 
 FAMILY = Family(

@@ -29,6 +29,13 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
     ``minimal`` would keep thinking on, so the gateway sends ``enable_thinking: false`` for it.
     Before 0.6.5 the field is a 400 (``extra="forbid"``) and ``chat_template_kwargs`` is not described,
     so neither is sent: no switch; the gateway drops the reasoning from the answer instead.
+  * tool_choice / parallel_tool_calls (issue 15): ``required`` and named choices are enforced by vLLM's
+    guided decoding (V-22: a JSON-array grammar for ``required``), so both are sent as they are. 0.32
+    without ``--tool-call-parser`` refuses both (400 "tool_choice=\"required\" requires --tool-call-parser
+    to be set", ``renderers/online_renderer.py``; recorded ``s1_tools_required``, ``s1_tools_named``): the
+    gateway resends with ``tool_choice: "none"`` and ``structured_outputs: {json}`` forcing one call
+    (``refusal``/``guided``; older versions read ``guided_json`` and are not given the fallback).
+    ``none``: the tools are not sent. ``parallel_tool_calls`` defaults to true, as OpenAI's.
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
 ``refusal``; V-15 ``finish_reason`` on the last content chunk; V-17 ``stop_reason``; V-18 extra null
 fields; V-19 ``tool_calls: []`` (#44104); V-21 ids ``chatcmpl-tool-…``; V-23 reasoning output
@@ -50,6 +57,7 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # vLLM's 400 for tool_choice "auto" (explicit, or the default with tools) without a tool-call parser
 # (V-5): '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
@@ -74,6 +82,7 @@ FORBID_ERA = Profile(
     reasoning_out=("reasoning_content",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
     reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),  # a 400 here, no switch known
+    tool_choice=ToolChoiceSupport(none_hides_tools=True),
 )
 
 ALLOW_ERA = Profile(
@@ -99,6 +108,7 @@ ALLOW_ERA = Profile(
         switch_on=True,
         native_off=False,
     ),
+    tool_choice=ToolChoiceSupport(none_hides_tools=True),
 )
 
 LAYOUT_2026 = Profile(
@@ -117,6 +127,9 @@ LAYOUT_2026 = Profile(
     reasoning_out=("reasoning",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
     reasoning_effort_in=ReasoningEffortIn(switch=("enable_thinking",)),  # every value; minimal needs the switch
+    tool_choice=ToolChoiceSupport(
+        refusal="requires --tool-call-parser", guided="structured_outputs", none_hides_tools=True
+    ),
 )
 
 FAMILY = Family(

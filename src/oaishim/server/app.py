@@ -17,7 +17,7 @@ from oaishim.capture.redact import scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import probe_paths, resolve
-from oaishim.server import relay
+from oaishim.server import forced, relay
 from oaishim.server.access import AccessLog
 from oaishim.server.asgi import (
     AnswerBroken,
@@ -48,6 +48,7 @@ from oaishim.server.seam import header as response_header
 from oaishim.server.tracing import configured as tracing_configured
 from oaishim.server.upstream import Upstreams
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.params.tool_choice import guided_body
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
 from oaishim.transform.upstream_errors import normalize_upstream_error
@@ -329,27 +330,55 @@ class Gateway:
             if ex is not None:
                 ex.fault(failure)
             raise
-        refusal = profile.auto_tools_refusal
-        parses_tools = ctx.repair is not None and ctx.repair.tools
-        if response.status == 400 and refusal and parses_tools and prepared.tool_choice == "auto":
-            # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5); the
-            # gateway parses tool calls written as text, so it asks again with "none".
+        body = prepared.body
+        resend = self._resend(prepared, ctx, profile)
+        if response.status == 400 and resend is not None:
+            # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5): the gateway
+            # parses tool calls written as text, so it asks again with "none". A forced choice it
+            # refuses is asked again with its guided decoding forcing one call (ToolChoiceSupport).
+            phrase, body, kind = resend
             try:
                 raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
             finally:
                 response.close()
-            if refusal.encode() not in raw:
+            if phrase.encode() not in raw:
                 error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
                 await send_error(send, error, [*extra, *retry_headers(response.headers)])
                 return None
-            log.info("model %s: the backend has no tool-call parser; resending with tool_choice none", route.name)
-            body = {**prepared.body, "tool_choice": "none"}
+            log.info("model %s: the backend has no tool-call parser; resending (%s)", route.name, kind)
             if ex is not None:
-                ex.repaired(("tool_choice_none_resent",))
+                ex.repaired((kind,))
             response = await upstream.open(route, "POST", path, orjson.dumps(body))
+        if prepared.tool_check is not None:
+            sent = orjson.dumps(body)
+            response = await forced.enforce(
+                response,
+                lambda: upstream.open(route, "POST", path, sent),
+                prepared.tool_check,
+                ctx,
+                prepared.stream,
+                self.settings.max_upstream_event_bytes,
+            )
         if ex is not None:
             ex.opened(response.status)
         return response
+
+    @staticmethod
+    def _resend(
+        prepared: PreparedRequest, ctx: ResponseContext, profile: Profile
+    ) -> tuple[str, dict[str, Any], str] | None:
+        """(the phrase of the refusal, the body to send instead, the repair's kind) for a tool
+        choice the backend may refuse for want of a tool-call parser; None when there is none."""
+        if ctx.repair is None or not ctx.repair.tools:
+            return None
+        if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
+            return profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent"
+        refusal = profile.tool_choice.refusal
+        if refusal and prepared.tool_choice != "auto" and prepared.body.get("tool_choice") == prepared.tool_choice:
+            guided = guided_body(prepared.body, prepared.tool_choice, profile)
+            if guided is not None:
+                return refusal, guided, "tool_choice_guided"
+        return None
 
     async def _names(self) -> list[str]:
         """The model names clients may use: the routes', and a wildcard backend's own."""

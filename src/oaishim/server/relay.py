@@ -80,7 +80,27 @@ async def relay_plain(
         return
     if ex is not None:
         ex.answered(ctx, out, time.perf_counter() - began)
-    await send_json(send, 200, out, extra)
+    await send_json(send, 200, out, [*extra, *violations(ctx)])
+
+
+def violations(ctx: ResponseContext) -> Headers:
+    """What the answer violated that the gateway reports rather than repairs (a tool call's arguments
+    that are not JSON): a log line naming the request, the kinds counted with the repairs, and the
+    ``x-oaishim-violations`` header for a plain answer (a stream's head is gone by then)."""
+    if not ctx.violations:
+        return []
+    kinds = sorted(ctx.violations)
+    ex = current_exchange()
+    log.warning(
+        "request %s (response %s, model %s): the answer violates %s; passed on as the backend gave it",
+        ex.request_id if ex is not None else "-",
+        ctx.response_id,
+        ctx.model,
+        ", ".join(kinds),
+    )
+    if ex is not None:
+        ex.repaired(kinds)
+    return [(b"x-oaishim-violations", ",".join(kinds).encode())]
 
 
 def fault(error: OpenAIError) -> None:
@@ -232,6 +252,7 @@ async def pump(
         response.close()
         if ex is not None:
             ex.streamed(pipe, first, spent)
+        violations(pipe.normalizer.ctx)
     if await head.refuse(pipe):
         return None
     return tail

@@ -350,7 +350,7 @@ class _Turn:
         ex = current()
         if ex is not None:
             ex.answered(ctx, body, time.perf_counter() - began)
-        await send_json(send, 200, body, extra)
+        await send_json(send, 200, body, [*extra, *relay.violations(ctx)])
 
     async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
         if response.status >= 400:

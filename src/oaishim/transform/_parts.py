@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -79,6 +80,18 @@ def finish_reason(upstream: Any, made_calls: bool, ctx: ResponseContext) -> str:
     if made_calls:
         return "tool_calls" if ctx.tool_mode in ("auto", "required") else "stop"
     return "stop"
+
+
+def is_json(text: str) -> bool:
+    """``text`` is one whole JSON value (a tool call's final arguments must be)."""
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:  # orjson refuses integers beyond 64 bits, which are JSON
+            json.loads(text)
+        except ValueError:
+            return False
+    return True
 
 
 def arguments_text(arguments: Any) -> str:

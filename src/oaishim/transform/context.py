@@ -34,6 +34,11 @@ class ResponseContext:
     repairs: set[str] = field(default_factory=set)  # the kinds of repair the answer needed (for the operator)
     # -- reasoning_effort (issue 15): thinking was turned off, so no reasoning reaches the client
     thinking_off: bool = False
+    # tool_choice / parallel_tool_calls (issue 15): parallel_tool_calls false, so at most one call
+    # reaches the client; and what the answer violated that the gateway reports but cannot repair
+    # (a tool call's arguments that are not JSON), by kind, for a response header and a log line
+    one_tool_call: bool = False
+    violations: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not self.response_id:

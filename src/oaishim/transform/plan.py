@@ -76,4 +76,5 @@ def response_context(
         repair=plan,
         context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
         thinking_off=prepared.thinking.off,
+        one_tool_call=chat and not prepared.parallel_tool_calls,
     )

@@ -34,6 +34,7 @@ from typing import Any
 
 from oaishim.profiles._base import Profile
 from oaishim.transform.params import reasoning_effort
+from oaishim.transform.params.tool_choice import plan_tools
 from oaishim.transform.validate import Endpoint, validate
 
 __all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare", "rewrite"]
@@ -100,6 +101,10 @@ class PreparedRequest:
     max_tokens: int | None = None
     repairs: list[str] = field(default_factory=list)  # what the rewrite changed, by kind (for the operator)
     thinking: reasoning_effort.Thinking = reasoning_effort.THINKING_ON  # thinking off, and did it get through
+    # tool_choice / parallel_tool_calls (issue 15): what the gateway checks in the answer itself
+    # (transform.params.tool_choice.ToolPlan.check), and whether the client allows several calls
+    tool_check: str | None = None
+    parallel_tool_calls: bool = True
 
 
 def _text(content: Any) -> str:
@@ -267,6 +272,7 @@ def rewrite(
         if name in client:
             dropped.append(name)
     thinking = reasoning_effort.translate(client, out, profile, dropped) if endpoint == "chat" else None
+    tool_plan = plan_tools(out, client, profile) if endpoint == "chat" else None
     if profile.request_hooks:
         out = copy.deepcopy(out)  # hooks edit in place, at any depth; the caller's nested data is shared
         for _name, hook in profile.request_hooks:
@@ -289,6 +295,8 @@ def rewrite(
         stop=_stops(client.get("stop")),
         include_stop_str_in_output=client.get("include_stop_str_in_output") is True,
         max_tokens=limit,
-        repairs=repairs,
+        repairs=[*repairs, *(tool_plan.repairs if tool_plan else ())],
         thinking=thinking or reasoning_effort.THINKING_ON,
+        tool_check=tool_plan.check if tool_plan else None,
+        parallel_tool_calls=tool_plan.parallel if tool_plan else True,
     )

@@ -94,6 +94,11 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
         reasoning += join_text(pieces, "reasoning")
         calls += _repaired_calls(pieces)
         finish = "stop" if stopped else finish
+    if ctx.one_tool_call and len(calls) > 1:  # parallel_tool_calls false: the first call only
+        calls = calls[:1]
+        ctx.repairs.add("parallel_calls_dropped")
+    if finish != "length" and any(not _parts.is_json(c["function"]["arguments"]) for c in calls):
+        ctx.violations.add("tool_arguments_invalid")  # reported (header, log line), never rewritten
     refusal = _parts.text_or_none(upstream.get("refusal"), f"choices[{i}].message.refusal")
     content = text if isinstance(text, str) and (text or not calls) else None
     if content is None and not calls and refusal is None:

@@ -49,9 +49,12 @@ log = logging.getLogger("oaishim.stream")
 class _Call:
     index: int
     id: str
+    upstream_id: str | None = None
     name: str | None = None
     opened: bool = False
     pending_args: str = ""
+    arguments: list[str] = field(default_factory=list)  # every fragment sent, to check the whole is JSON
+    dropped: bool = False  # a second call under parallel_tool_calls false: nothing of it is sent
 
 
 @dataclass(slots=True)
@@ -60,6 +63,9 @@ class _Choice:
     repair: TextRepair | None = None
     state: str = "waiting"
     calls: dict[object, _Call] = field(default_factory=dict)  # upstream index, or ("text", i) for repaired calls
+    made: list[_Call] = field(
+        default_factory=list
+    )  # every call, in the order they began (calls holds the latest per key)
     finish: str | None = None
     held: str | None = None  # the upstream's finish_reason, sent when the stream really ends
     text_offset: int = 0
@@ -305,10 +311,19 @@ class StreamNormalizer:
 
     def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[Chunk]:
         entry = state.calls.get(key)
-        if entry is None:
-            entry = state.calls[key] = _Call(len(state.calls), call_id(upstream_id))
+        if entry is None or _starts_another(entry, upstream_id, name):
+            entry = state.calls[key] = _Call(len(state.made), call_id(upstream_id), upstream_id or None)
+            state.made.append(entry)
+            if self.ctx.one_tool_call and entry.index > 0:
+                # parallel_tool_calls false: the client gets the first call only (the backend made more)
+                entry.dropped = True
+                self.ctx.repairs.add("parallel_calls_dropped")
+        if entry.dropped:
+            return []
         if entry.name is None and name:
             entry.name = name
+        if args:
+            entry.arguments.append(args)
         out: list[Chunk] = []
         if not entry.opened:
             if entry.name is None:
@@ -353,7 +368,7 @@ class StreamNormalizer:
         out: list[Chunk] = []
         if state.repair is not None:
             tail = state.repair.flush()
-            if any(c.opened for c in state.calls.values()):
+            if any(c.opened for c in state.made):
                 # whitespace held back before the backend's own tool calls (vLLM's hermes parser sends
                 # the "\n\n" before <tool_call> as content) is framing, as in the text parser: not
                 # content sent after the calls
@@ -368,12 +383,22 @@ class StreamNormalizer:
             self.ctx.repairs.update(state.repair.applied())
         if self.ctx.chat and state.state == "waiting":
             out += self._open(state, "content")
-        for call in state.calls.values():
-            if not call.opened and call.pending_args:  # a call that never got its name: give its text back
+        for call in state.made:
+            if not call.opened and call.pending_args and not call.dropped:  # never named: give its text back
                 out += self._content(state, call.pending_args)
         self._number(state)
-        made_calls = any(c.opened for c in state.calls.values())
+        made_calls = any(c.opened for c in state.made)
         reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
+        if reason != "length":  # arguments cut by the limit are short, as at OpenAI
+            bad = [c.index for c in state.made if c.opened and not _parts.is_json("".join(c.arguments))]
+            if bad:
+                self.ctx.violations.add("tool_arguments_invalid")
+                log.warning(
+                    "stream %s (model %s): choice %d, tool call(s) %s: arguments are not valid JSON (sent as they came)",
+                    *self._where(),
+                    state.index,
+                    bad,
+                )
         state.state = "finished"
         state.finish = reason
         empty: dict[str, Any] = {}
@@ -388,6 +413,10 @@ class StreamNormalizer:
                 out += self._finish(state, state.held)
         self._held.clear()
         return out
+
+    def call_names(self) -> list[str]:
+        """The names of the calls sent to the client so far, over all choices."""
+        return [c.name for s in self.choices.values() for c in s.made if c.opened and c.name]
 
     @property
     def stopped(self) -> bool:
@@ -446,6 +475,15 @@ class StreamNormalizer:
 
 _TOP_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"})
 _CHOICE_KEYS = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
+
+
+def _starts_another(entry: _Call, upstream_id: Any, name: str | None) -> bool:
+    """A delta at a call's upstream index that begins another call: one with another id, or a name
+    again after complete arguments (backends that number every call 0, or vLLM's named choice,
+    which streams at the choice's index, V-22)."""
+    if isinstance(upstream_id, str) and upstream_id and entry.upstream_id and upstream_id != entry.upstream_id:
+        return True
+    return bool(name and entry.opened and entry.arguments and _parts.is_json("".join(entry.arguments)))
 
 
 def _legacy_finish(upstream: Any) -> str:

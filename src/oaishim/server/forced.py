@@ -1,0 +1,119 @@
+"""A forced ``tool_choice`` the backend cannot enforce: the answer is read until it shows the call,
+and asked for once more when it does not (the I/O half; the decision is ``transform.choice_watch``).
+
+Nothing reaches the client before the verdict: a plain answer is read whole, a stream until a call
+of the forced function begins (then what was held and the rest flow on as they come). An answer
+without the call is closed and the request sent once more; a second one without it becomes the
+OpenAI-shaped error of ``choice_watch.unmet``. Errors and answers the gateway cannot read are not
+judged here: they go to the client as any other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from oaishim.server.exchange import current
+from oaishim.server.seam import RawHeaders, SentRequest, UpstreamResponse
+from oaishim.transform.choice_watch import ChoiceWatch, Verdict, plain_verdict, unmet
+from oaishim.transform.context import ResponseContext
+
+log = logging.getLogger("oaishim.gateway")
+
+
+class Replayed:
+    """An upstream response whose first pieces were already read: they come again, then the rest."""
+
+    def __init__(self, inner: UpstreamResponse, held: list[bytes], rest: AsyncIterator[bytes] | None) -> None:
+        self.inner, self.held, self.rest = inner, held, rest
+
+    @property
+    def status(self) -> int:
+        return self.inner.status
+
+    @property
+    def headers(self) -> RawHeaders:
+        return self.inner.headers
+
+    @property
+    def content_type(self) -> str:
+        return self.inner.content_type
+
+    @property
+    def content_length(self) -> int | None:
+        return self.inner.content_length
+
+    @property
+    def request(self) -> SentRequest:
+        return self.inner.request
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        held, self.held = self.held, []
+        for piece in held:
+            yield piece
+        if self.rest is not None:
+            async for piece in self.rest:
+                yield piece
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+async def _judge(
+    response: UpstreamResponse, check: str, ctx: ResponseContext, stream: bool, limit: int
+) -> tuple[Verdict, Replayed]:
+    held: list[bytes] = []
+    if not stream:
+        async for piece in response.pieces():
+            held.append(piece)
+            if sum(map(len, held)) > limit:  # the relay refuses it: not for the check to judge
+                return "pass", Replayed(response, held, None)
+        return plain_verdict(check, response.status, b"".join(held), ctx), Replayed(response, held, None)
+    watch = ChoiceWatch(check, ctx, sse=response.content_type == "text/event-stream", max_event=limit)
+    rest = response.pieces().__aiter__()
+    size = 0
+    async for piece in rest:
+        held.append(piece)
+        size += len(piece)
+        verdict = watch.feed(piece)
+        if verdict is None and size > limit:
+            verdict = "pass"  # a long answer without the call yet: judged by no one, passed on as it is
+        if verdict is not None:
+            return verdict, Replayed(response, held, rest)
+    return watch.end(), Replayed(response, held, None)
+
+
+async def enforce(
+    response: UpstreamResponse,
+    again: Callable[[], Awaitable[UpstreamResponse]],
+    check: str,
+    ctx: ResponseContext,
+    stream: bool,
+    limit: int,
+) -> UpstreamResponse:
+    """The answer to relay (the first that has the call), or the ``unmet`` error raised."""
+    ex = current()
+    for attempt in (1, 2):
+        if response.status >= 400:
+            return response
+        try:
+            verdict, replayed = await _judge(response, check, ctx, stream, limit)
+        except BaseException:
+            response.close()
+            raise
+        if verdict != "unmet":
+            return replayed
+        response.close()
+        rid = ex.request_id if ex is not None else "-"
+        log.warning(
+            "request %s (response %s): the answer has no %s although tool_choice forces it (attempt %d of 2)",
+            rid,
+            ctx.response_id,
+            "tool call" if check == "" else f"call of {check!r}",
+            attempt,
+        )
+        if ex is not None:
+            ex.repaired(("tool_choice_retried",) if attempt == 1 else ("tool_choice_unmet",))
+        if attempt == 1:
+            response = await again()
+    raise unmet(check)

@@ -1,0 +1,130 @@
+"""``tool_choice`` and ``parallel_tool_calls`` as the backend must read them to do what the client meant.
+
+The profile's :class:`~oaishim.profiles._tool_choice.ToolChoiceSupport` says how the backend takes a
+forced choice; this module rewrites the upstream body for it and says what the gateway itself must
+then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the server asks again when
+``satisfied`` says no (``server.app``).
+
+* ``none`` where the profile says so (``none_hides_tools``): the tools are not sent at all, so no
+  template can tempt the model into a call the client ruled out (and no backend parser makes one).
+* A named choice on a backend with only ``required`` (llama.cpp reads an object as ``auto``, L-2):
+  only that function is offered, under ``required``: the backend's grammar then forces exactly it.
+* A forced choice on a backend that cannot force it (TensorRT-LLM has no ``required``, T-5; Ollama
+  ignores ``tool_choice``, O-1): ``auto`` is sent (a named choice offers only that function) and the
+  answer is checked.
+* ``parallel_tool_calls`` left out means ``true`` (the official default): a backend whose default is
+  ``false`` (llama.cpp, L-3) is sent ``true``. ``false`` is sent as it is, and the response side keeps
+  at most one call whatever the backend did (``ResponseContext.one_tool_call``).
+* The fallback for a backend that refuses a forced choice outright (vLLM without a tool parser, V-5):
+  ``guided_body`` resends with ``tool_choice: "none"`` and the JSON schema of one call in the
+  backend's guided-decoding field; the model's JSON is then read back as that call (the Llama-3 JSON
+  format of ``transform.toolcalls``, which is gated on the offered tool names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from oaishim.profiles._base import Profile
+
+__all__ = ["ToolPlan", "forced_name", "guided_body", "plan_tools", "satisfied"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """``check``: None when the backend enforces the choice; ``""``: the answer needs some call;
+    a name: it needs a call of that function. ``parallel``: the client allows several calls."""
+
+    check: str | None = None
+    parallel: bool = True
+    repairs: tuple[str, ...] = ()
+
+
+def forced_name(choice: Any) -> str | None:
+    """The function a named choice forces (None for a string choice)."""
+    if isinstance(choice, Mapping):
+        function = choice.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            return str(function["name"])
+    return None
+
+
+def _only(tools: Any, name: str) -> list[Any]:
+    return [t for t in tools if isinstance(t, Mapping) and forced_name(t) == name]
+
+
+def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile) -> ToolPlan:
+    """Rewrite ``out`` (the upstream body, already a copy at the top level) for ``profile``."""
+    support = profile.tool_choice
+    parallel = client.get("parallel_tool_calls") is not False
+    tools = client.get("tools")
+    if not tools:
+        return ToolPlan(parallel=parallel)
+    choice = client.get("tool_choice")
+    if choice == "none":
+        if not support.none_hides_tools:
+            return ToolPlan(parallel=parallel)
+        for key in ("tools", "tool_choice", "parallel_tool_calls"):
+            out.pop(key, None)
+        return ToolPlan(parallel=parallel, repairs=("tools_hidden_for_none",))
+    repairs: list[str] = []
+    unsaid = client.get("parallel_tool_calls") is None
+    if unsaid and not support.parallel_default and "parallel_tool_calls" not in profile.rejects:
+        out["parallel_tool_calls"] = True  # what leaving it out means at OpenAI
+    check: str | None = None
+    name = forced_name(choice)
+    if name is not None and support.named != "native":
+        out["tools"] = _only(tools, name)
+        if support.named == "required":
+            out["tool_choice"] = "required"
+            repairs.append("named_choice_as_required")
+        else:
+            out["tool_choice"] = "auto"
+            check = name
+    elif choice == "required" and support.required == "retry":
+        out["tool_choice"] = "auto"
+        check = ""
+    if check is not None:
+        repairs.append("tool_choice_checked")
+    return ToolPlan(check, parallel, tuple(repairs))
+
+
+def satisfied(check: str | None, names: Collection[str]) -> bool:
+    """Does an answer whose calls have ``names`` give what the forced choice asks?"""
+    if check is None:
+        return True
+    return bool(names) if check == "" else check in names
+
+
+def _call_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
+    function = tool["function"]
+    parameters = function.get("parameters")
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "enum": [function["name"]]},
+            "arguments": parameters if isinstance(parameters, Mapping) else {"type": "object"},
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[str, Any] | None:
+    """The request to resend after the backend refused ``choice`` (a forced one), or None when the
+    profile has no guided decoding to force it with."""
+    field = profile.tool_choice.guided
+    tools = body.get("tools")
+    if field is None or not isinstance(tools, list) or field in body:
+        return None
+    name = forced_name(choice)
+    offered = [t for t in tools if isinstance(t, Mapping) and forced_name(t) is not None]
+    if name is not None:
+        offered = _only(offered, name)
+    if not offered:
+        return None
+    schemas = [_call_schema(t) for t in offered]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    return {**body, "tool_choice": "none", field: {"json": schema}}

@@ -1,0 +1,245 @@
+"""tool_choice / parallel_tool_calls mean what they say (issue 15, items 3, 4, 6): the request each
+profile sends, the decision on an answer, and the stream's tool-call repairs at every split point."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from test_late_finish import client_chunks, every_split, relay
+
+from oaishim.profiles import get_profile
+from oaishim.transform.choice_watch import ChoiceWatch, plain_verdict
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.params.tool_choice import guided_body, satisfied
+from oaishim.transform.pipe import plain_answer
+from oaishim.transform.request import prepare
+from oaishim.wire.accumulate import accumulate_chat
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+NAMED = {"type": "function", "function": {"name": "get_time"}}
+BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER, TIME]}
+
+
+def sent(profile: str, **fields: Any) -> tuple[dict[str, Any], Any]:
+    prepared = prepare("chat", {**BASE, **fields}, get_profile(profile))
+    return prepared.body, prepared
+
+
+# -- the request each profile sends ------------------------------------------------------------------
+
+
+def test_llamacpp_named_choice_offers_only_that_tool_under_required() -> None:
+    body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
+    assert body["tool_choice"] == "required"
+    assert [t["function"]["name"] for t in body["tools"]] == ["get_time"]
+    assert prepared.tool_check is None  # llama.cpp's grammar forces it
+    assert "named_choice_as_required" in prepared.repairs
+
+
+def test_llamacpp_is_told_parallel_calls_are_allowed_when_the_client_left_it_out() -> None:
+    assert sent("llamacpp@b9174")[0]["parallel_tool_calls"] is True
+    assert sent("llamacpp@b9174", parallel_tool_calls=False)[0]["parallel_tool_calls"] is False
+    assert "parallel_tool_calls" not in sent("vllm@0.32")[0]  # its default is OpenAI's
+
+
+@pytest.mark.parametrize("profile", ["trtllm@1.3", "trtllm@1.4", "ollama", "generic"])
+def test_required_where_the_backend_cannot_force_it_is_sent_auto_and_checked(profile: str) -> None:
+    body, prepared = sent(profile, tool_choice="required")
+    assert body["tool_choice"] == "auto" and len(body["tools"]) == 2
+    assert prepared.tool_check == ""
+    assert prepared.tool_choice == "required"  # the response side still answers as for required
+
+
+def test_ollama_named_choice_offers_only_that_tool_and_is_checked() -> None:
+    body, prepared = sent("ollama", tool_choice=NAMED)
+    assert body["tool_choice"] == "auto" and [t["function"]["name"] for t in body["tools"]] == ["get_time"]
+    assert prepared.tool_check == "get_time"
+
+
+@pytest.mark.parametrize("profile", ["vllm@0.32", "sglang", "trtllm@1.4"])
+def test_named_choice_is_sent_as_it_is_where_the_backend_forces_it(profile: str) -> None:
+    body, prepared = sent(profile, tool_choice=NAMED)
+    assert body["tool_choice"] == NAMED and len(body["tools"]) == 2 and prepared.tool_check is None
+
+
+@pytest.mark.parametrize("profile", ["vllm@0.32", "sglang", "trtllm@1.4", "llamacpp@b9174", "ollama", "generic"])
+def test_none_hides_the_tools_from_self_hosted_backends(profile: str) -> None:
+    body, prepared = sent(profile, tool_choice="none", parallel_tool_calls=True)
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(body)
+    assert prepared.tool_choice == "none"
+
+
+def test_the_official_profile_sends_every_choice_as_it_is() -> None:
+    for choice in ("none", "required", NAMED):
+        body, prepared = sent("openai", tool_choice=choice)
+        assert body["tool_choice"] == choice and len(body["tools"]) == 2 and prepared.tool_check is None
+
+
+def test_guided_resend_forces_one_call_of_the_named_function() -> None:
+    body, _ = sent("vllm@0.32", tool_choice=NAMED)
+    guided = guided_body(body, NAMED, get_profile("vllm@0.32"))
+    assert guided is not None and guided["tool_choice"] == "none"
+    schema = guided["structured_outputs"]["json"]
+    assert schema["properties"]["name"] == {"type": "string", "enum": ["get_time"]}
+    assert schema["properties"]["arguments"] == TIME["function"]["parameters"]
+    required = guided_body(sent("vllm@0.32", tool_choice="required")[0], "required", get_profile("vllm@0.32"))
+    assert required is not None and len(required["structured_outputs"]["json"]["anyOf"]) == 2
+    assert guided_body(body, NAMED, get_profile("sglang")) is None  # no guided field in that profile
+
+
+def test_satisfied() -> None:
+    assert satisfied(None, [])
+    assert satisfied("", ["a"]) and not satisfied("", [])
+    assert satisfied("b", ["a", "b"]) and not satisfied("b", ["a"])
+
+
+# -- the stream's tool calls at every split point -----------------------------------------------------
+
+
+def sse(*deltas: dict[str, Any], finish: str = "tool_calls") -> bytes:
+    events = [{"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    events.append({"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
+def call(index: int, args: str, name: str | None = None, cid: str | None = None) -> dict[str, Any]:
+    fn: dict[str, Any] = {"arguments": args}
+    if name is not None:
+        fn["name"] = name
+    entry: dict[str, Any] = {"index": index, "function": fn}
+    if cid is not None:
+        entry["id"] = cid
+    return {"tool_calls": [entry]}
+
+
+# Two calls, both at index 0 (the symptom in the issue), each with its own id; fragments split mid-JSON
+ALL_AT_ZERO = sse(
+    call(0, '{"city": ', "get_weather", "u1"),
+    call(0, '"Paris"}'),
+    call(0, "", "get_time", "u2"),
+    call(0, "{}"),
+)
+# No ids at all: the second call is told by its name after the first call's complete arguments
+NO_IDS = sse(call(0, '{"city": "Paris"}', "get_weather"), call(0, "{", "get_time"), call(0, "}"))
+
+
+def tool_deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [t for c in chunks for ch in c["choices"] for t in ch["delta"].get("tool_calls") or ()]
+
+
+@pytest.mark.parametrize("raw", [ALL_AT_ZERO, NO_IDS], ids=["ids", "no-ids"])
+def test_calls_numbered_zero_by_the_backend_become_two_calls_at_every_split_point(raw: bytes) -> None:
+    for pieces in every_split(raw):
+        ctx = ResponseContext(model="m", tool_mode="auto")
+        chunks = client_chunks(relay(pieces, ctx))
+        deltas = tool_deltas(chunks)
+        firsts = [d for d in deltas if "id" in d]
+        assert [(d["index"], d["function"]["name"]) for d in firsts] == [(0, "get_weather"), (1, "get_time")]
+        assert len({d["id"] for d in firsts}) == 2
+        assert all("id" not in d and "name" not in d["function"] for d in deltas if d not in firsts)
+        (choice,) = accumulate_chat(chunks)["choices"]
+        calls = [
+            (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in choice["message"]["tool_calls"]
+        ]
+        assert calls == [("get_weather", {"city": "Paris"}), ("get_time", {})], pieces
+        assert ctx.violations == set()
+
+
+def test_parallel_tool_calls_false_lets_one_call_through_at_every_split_point() -> None:
+    for pieces in every_split(ALL_AT_ZERO):
+        ctx = ResponseContext(model="m", tool_mode="auto", one_tool_call=True)
+        chunks = client_chunks(relay(pieces, ctx))
+        (choice,) = accumulate_chat(chunks)["choices"]
+        assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"]
+        assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+        assert choice["finish_reason"] == "tool_calls"
+        assert ctx.repairs == {"parallel_calls_dropped"}
+
+
+def test_argument_fragments_pass_through_as_they_come() -> None:
+    out = relay([ALL_AT_ZERO], ResponseContext(model="m", tool_mode="auto"))
+    fragments = [d["function"]["arguments"] for d in tool_deltas(client_chunks(out))]
+    assert fragments == ["", '{"city": ', '"Paris"}', "", "{}"]
+
+
+BROKEN = sse(call(0, '{"city": "Par', "get_weather", "u1"), call(0, "is"), finish="stop")
+
+
+def test_invalid_final_arguments_are_reported_not_invented_at_every_split_point(caplog: Any) -> None:
+    for pieces in every_split(BROKEN):
+        ctx = ResponseContext(model="m", tool_mode="auto")
+        with caplog.at_level(logging.WARNING, "oaishim.stream"):
+            chunks = client_chunks(relay(pieces, ctx))
+        (choice,) = accumulate_chat(chunks)["choices"]
+        assert choice["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris'  # as it came
+        assert ctx.violations == {"tool_arguments_invalid"}
+    assert ctx.response_id in caplog.text and "not valid JSON" in caplog.text
+
+
+def test_arguments_cut_by_the_length_limit_are_not_a_violation() -> None:
+    ctx = ResponseContext(model="m", tool_mode="auto")
+    relay([sse(call(0, '{"city": "Par', "get_weather", "u1"), finish="length")], ctx)
+    assert ctx.violations == set()
+
+
+# -- plain answers ---------------------------------------------------------------------------------
+
+
+def plain(*calls: tuple[str, str]) -> bytes:
+    tool_calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)
+    ]
+    message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    return json.dumps(
+        {"id": "x", "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
+    ).encode()
+
+
+def test_plain_answer_keeps_one_call_under_parallel_false_and_reports_bad_arguments() -> None:
+    ctx = ResponseContext(model="m", tool_mode="auto", one_tool_call=True)
+    body = plain_answer("chat", 200, plain(("get_weather", '{"city": "Paris"}'), ("get_time", "{}")), ctx)
+    assert [c["function"]["name"] for c in body["choices"][0]["message"]["tool_calls"]] == ["get_weather"]
+    assert ctx.repairs == {"parallel_calls_dropped"} and ctx.violations == set()
+    ctx = ResponseContext(model="m", tool_mode="auto")
+    body = plain_answer("chat", 200, plain(("get_weather", '{"city": ')), ctx)
+    assert body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": '
+    assert ctx.violations == {"tool_arguments_invalid"}
+
+
+# -- the decision on an answer ---------------------------------------------------------------------
+
+
+def test_plain_verdict() -> None:
+    ctx = ResponseContext(model="m", tool_mode="required")
+    assert plain_verdict("", 200, plain(("get_weather", "{}")), ctx) == "met"
+    assert plain_verdict("get_time", 200, plain(("get_weather", "{}")), ctx) == "unmet"
+    text = json.dumps({"choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]})
+    assert plain_verdict("", 200, text.encode(), ctx) == "unmet"
+    assert plain_verdict("", 500, b"{}", ctx) == "pass"
+    assert ctx.repairs == set()  # judged on a copy: nothing counted twice
+
+
+def test_stream_verdict_comes_as_soon_as_the_call_begins_at_every_split_point() -> None:
+    raw = ALL_AT_ZERO
+    first_call_ends = raw.index(b"\n\n") + 2  # the first event holds the first call's name
+    for pieces in every_split(raw):
+        watch = ChoiceWatch("", ResponseContext(model="m", tool_mode="required"), sse=True, max_event=1 << 20)
+        verdicts = [watch.feed(p) for p in pieces]
+        fed = 0
+        for piece, verdict in zip(pieces, verdicts, strict=True):
+            fed += len(piece)
+            assert (verdict == "met") == (fed >= first_call_ends), (pieces, verdicts)
+    watch = ChoiceWatch("get_time", ResponseContext(model="m", tool_mode="named"), sse=True, max_event=1 << 20)
+    assert watch.feed(NO_IDS[: NO_IDS.index(b"\n\n") + 2]) is None  # another function: not yet
+    assert watch.feed(NO_IDS[NO_IDS.index(b"\n\n") + 2 :]) == "met"
+    watch = ChoiceWatch("", ResponseContext(model="m", tool_mode="required"), sse=True, max_event=1 << 20)
+    text = sse({"content": "no call"}, finish="stop")
+    assert [watch.feed(p) for p in every_split(text)[5]] == [None, None]
+    assert watch.end() == "unmet"  # decided when the body ends
