@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
 MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
+NChoices = Literal["native", "fan_out"]
 RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
 
 
@@ -45,6 +46,14 @@ class Profile:
       display_markup: literal tags the backend's models leak into text (besides the tokenizer's
         special tokens), stripped from reasoning and content when the display cleanup is on.
       server_header: a substring of the ``Server`` header that identifies the backend (auto).
+
+    ``n`` (several choices):
+      n_choices: ``native`` when the backend answers ``n > 1`` itself with n choices; ``fan_out`` when
+        it ignores ``n``, refuses it, or miscounts it: the gateway then sends n requests of one choice
+        each and merges their answers (``transform.fanin``). A native backend that still answers fewer
+        choices gets the missing ones fanned out (plain) or is reported (stream) and fanned out from then on.
+      n_refusal: a phrase of the backend's error answer to ``n > 1`` on a ``native`` profile (a build or
+        mode without it): the gateway then fans the request out instead of passing the error on.
     """
 
     name: str
@@ -62,6 +71,9 @@ class Profile:
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
     display_markup: frozenset[str] = frozenset()
     server_header: str | None = None
+    # -- n (issue 15)
+    n_choices: NChoices = "native"
+    n_refusal: str | None = None
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

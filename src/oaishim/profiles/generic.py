@@ -17,6 +17,8 @@ Each choice either costs nothing on a lenient server or prevents a 400 on a stri
     stops vLLM-derived servers from turning ``{}`` into usage (V-25, T-19).
   * ``tool_call_type_required``: ``type: "function"`` is the official shape anyway (L-4).
   * ``splits_reasoning = False``: the gateway's ``<think>`` splitter is harmless on text without tags.
+  * ``n_choices = "fan_out"`` (n): n requests of one choice give n choices on every server; ``n`` itself
+    is ignored by some (O-1), refused by others (L-10, T-8) and miscounted in usage by llama.cpp.
 """
 
 from __future__ import annotations
@@ -36,4 +38,5 @@ GENERIC = Profile(
     tool_call_type_required=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    n_choices="fan_out",
 )

@@ -138,7 +138,8 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
 
 async def relay_stream(
     response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers, limit: int
-) -> None:
+) -> StreamPipe | None:
+    """Relay a stream; its pipe, once done (None when the upstream's error answer was relayed)."""
     if response.status >= 400:
         try:
             error = normalize_upstream_error(
@@ -148,11 +149,12 @@ async def relay_stream(
             response.close()
             error = failure
         await send_error(send, error, [*extra, *retry_headers(response.headers)])
-        return
+        return None
     pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=limit)
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
     tail = await pump(pipe, response, send, limit, ctx.response_id, ctx.model)
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+    return pipe
 
 
 async def pump(pipe: StreamPipe, response: UpstreamResponse, send: Send, limit: int, rid: str, model: str) -> bytes:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.profiles._base import Profile
+from oaishim.transform.params import n as n_param
 from oaishim.transform.validate import Endpoint, validate
 
 __all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare", "rewrite"]
@@ -98,6 +99,7 @@ class PreparedRequest:
     include_stop_str_in_output: bool = False
     max_tokens: int | None = None
     repairs: list[str] = field(default_factory=list)  # what the rewrite changed, by kind (for the operator)
+    fan_out: int = 1  # n > 1 on a backend that gives one choice: the copies the request goes out as
 
 
 def _text(content: Any) -> str:
@@ -264,6 +266,7 @@ def rewrite(
         del out[name]
         if name in client:
             dropped.append(name)
+    fan_out = n_param.plan(out, client, profile, endpoint)
     if profile.request_hooks:
         out = copy.deepcopy(out)  # hooks edit in place, at any depth; the caller's nested data is shared
         for _name, hook in profile.request_hooks:
@@ -287,4 +290,5 @@ def rewrite(
         include_stop_str_in_output=client.get("include_stop_str_in_output") is True,
         max_tokens=limit,
         repairs=repairs,
+        fan_out=fan_out,
     )
