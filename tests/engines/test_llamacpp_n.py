@@ -21,13 +21,13 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from _servers import RunningGateway, free_port  # noqa: E402
+from _servers import RunningGateway, free_port
 
-from oaishim.check import check, exchange_from_bytes  # noqa: E402
-from oaishim.commands.main import main  # noqa: E402
-from oaishim.engine.llamacpp import LlamaServer  # noqa: E402
-from oaishim.engine.tinymodel import TinyModels, ensure_tiny_models  # noqa: E402
-from oaishim.server.config import ModelRoute, Settings  # noqa: E402
+from oaishim.check import check, exchange_from_bytes
+from oaishim.commands.main import main
+from oaishim.engine.llamacpp import LlamaServer
+from oaishim.engine.tinymodel import TinyModels, ensure_tiny_models
+from oaishim.server.config import ModelRoute, Settings
 
 pytestmark = pytest.mark.live  # starts llama-server
 MODEL = "tiny"

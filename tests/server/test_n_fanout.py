@@ -278,3 +278,30 @@ def test_a_client_that_goes_away_closes_every_copy(monkeypatch: pytest.MonkeyPat
 
     asyncio.run(go())
     assert len(fake.seen) == 3 and len(closed) >= 3 and not any(closed[:3])  # all three closed before their end
+
+
+def test_a_capture_holds_one_copys_answer_whole_not_the_copies_mixed() -> None:
+    """``--capture`` keeps one upstream exchange per record: with n fanned out it is one copy's, byte for byte."""
+    from oaishim.server.recording import Recorder, RecordingUpstream
+
+    fake = FakeUpstream()
+    fake.responder = by_copy(lambda k, body: stream_answer(NAMES[k] * 5))
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    recorder = Recorder(None, scope, "gateway")  # type: ignore[arg-type]  # no writer: nothing is stored
+    upstream = RecordingUpstream(fake, recorder)
+    route = ModelRoute("m", (BASE,), "ollama")
+
+    async def go() -> list[bytes]:
+        first = await upstream.open(route, "POST", "/v1/chat/completions", b'{"seed": 1}')
+        second = await upstream.open(route, "POST", "/v1/chat/completions", b'{"seed": 2}')
+        a, b = first.pieces(), second.pieces()
+        bodies = [b"", b""]
+        for _ in range(100):  # interleaved reads, as the fan-out's readers do
+            for k, pieces in enumerate((a, b)):
+                bodies[k] += await anext(pieces, b"")
+        return bodies
+
+    bodies = asyncio.run(go())
+    recorded = recorder.raw.upstream_response
+    assert recorded is not None and recorded.complete
+    assert b"".join(piece for _, piece in recorded.reads) == bodies[1]
