@@ -305,3 +305,20 @@ def test_a_capture_holds_one_copys_answer_whole_not_the_copies_mixed() -> None:
     recorded = recorder.raw.upstream_response
     assert recorded is not None and recorded.complete
     assert b"".join(piece for _, piece in recorded.reads) == bodies[1]
+
+
+def test_a_native_stream_with_fewer_choices_is_reported_and_later_ones_fanned_out(
+    backend: FakeUpstream, gateways: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = gateways("vllm@0.32", name="short-stream")
+    backend.push(stream_answer(NAMES[0]))
+    request = {"model": "short-stream", "messages": HI, "n": 2, "stream": True}
+    with caplog.at_level("WARNING", "oaishim.gateway"):
+        status, _, raw = post(url, request)
+    assert status == 200 and events_of(raw)[-1] == "[DONE]"  # too late to add a choice: relayed as it came
+    assert any("answered 1 of n=2 choices" in r.getMessage() and "[req_" in r.getMessage() for r in caplog.records)
+    backend.seen.clear()
+    backend.push(stream_answer(NAMES[0]), stream_answer(NAMES[1]))
+    status, _, raw = post(url, request)
+    assert status == 200 and len(backend.seen) == 2
+    assert {c["choices"][0]["index"] for c in events_of(raw)[:-1] if c["choices"]} == {0, 1}
