@@ -195,6 +195,23 @@ def _choices(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
     return Verdict("fail", f"step {name}: choices {indices}, expected indices 0..{want - 1}", "$.choices")
 
 
+def _distinct_choices(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """``n`` had its effect: ``count`` choices, indices 0 … count-1, no two alike (a sampling request:
+    n copies sampled under one seed, or one choice repeated, would be alike)."""
+    name, want = params["step"], int(params["count"])
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    view = views[name]
+    indices = sorted({c.get("index") for c in view.choices()}, key=repr)
+    if indices != list(range(want)):
+        return Verdict("fail", f"n had no effect: step {name} asked n: {want} and got choices {indices}", "$.choices")
+    answers = [(view.text(i), view.reasoning(i)) for i in range(want)]
+    if len(set(answers)) < want:
+        shown = ", ".join(_short(text, 30) for text, _ in answers)
+        return Verdict("fail", f"n gave {want} choices but not {want} distinct ones: {shown}", "$.choices")
+    return Verdict("pass", f"{want} distinct choices")
+
+
 def _completion_tokens_at_most(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
     name, limit = params["step"], int(params["limit"])
     if (bad := _answered(views[name], name)) is not None:
@@ -410,6 +427,7 @@ EXPECTATIONS: dict[str, Check] = {
     "no-tool-call": _no_tool_call,
     "finish-reason": _finish_reason,
     "choices": _choices,
+    "distinct-choices": _distinct_choices,
     "completion-tokens-at-most": _completion_tokens_at_most,
     "prompt-tokens-greater": lambda p, v, c: _prompt_tokens(p, v, c, greater=True),
     "prompt-tokens-equal": lambda p, v, c: _prompt_tokens(p, v, c, greater=False),

@@ -17,6 +17,7 @@ from oaishim.profiles._tool_choice import ToolChoiceSupport
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
 MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
 OFFICIAL_TOOL_CHOICE = ToolChoiceSupport()  # frozen: one shared value is safe
+NChoices = Literal["native", "fan_out"]
 RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
 
 
@@ -59,6 +60,13 @@ class Profile:
     tool_choice (issue 15): how the backend takes a forced ``tool_choice`` (``required``, a named
       function), ``none`` and ``parallel_tool_calls``, as a :class:`~oaishim.profiles._tool_choice.
       ToolChoiceSupport` (its docstring names the ways). The default is the official behaviour.
+    ``n`` (several choices):
+      n_choices: ``native`` when the backend answers ``n > 1`` itself with n choices; ``fan_out`` when
+        it ignores ``n``, refuses it, or miscounts it: the gateway then sends n requests of one choice
+        each and merges their answers (``transform.fanin``). A native backend that still answers fewer
+        choices gets the missing ones fanned out (plain) or is reported (stream) and fanned out from then on.
+      n_refusal: a phrase of the backend's error answer to ``n > 1`` on a ``native`` profile (a build or
+        mode without it): the gateway then fans the request out instead of passing the error on.
     """
 
     name: str
@@ -80,6 +88,9 @@ class Profile:
     reasoning_effort_in: ReasoningEffortIn = OFFICIAL_WAY
     # -- tool_choice and parallel_tool_calls (issue 15)
     tool_choice: ToolChoiceSupport = OFFICIAL_TOOL_CHOICE
+    # -- n (issue 15)
+    n_choices: NChoices = "native"
+    n_refusal: str | None = None
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

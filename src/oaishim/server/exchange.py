@@ -25,6 +25,7 @@ from typing import Protocol
 from oaishim.server.asgi import Headers, Message, Scope, Send
 from oaishim.server.config import VirtualKey
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.fanin import FanIn
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.request import PreparedRequest
 from oaishim.wire.errors import OpenAIError
@@ -178,7 +179,7 @@ class Exchange:
         if self.streams is not None:
             self.streams.n += 1
 
-    def streamed(self, pipe: StreamPipe, first: float | None, spent: float) -> None:
+    def streamed(self, pipe: StreamPipe | FanIn, first: float | None, spent: float) -> None:
         """A relayed stream ended: what its pipe knows (the usage, the repairs, a failure)."""
         if self.streams is not None:
             self.streams.n -= 1
@@ -214,7 +215,7 @@ class Trace(Protocol):
     def inject(self, headers: dict[str, str]) -> None: ...
     def prepared(self, prepared: PreparedRequest) -> None: ...
     def answered(self, body: object) -> None: ...
-    def streamed(self, pipe: StreamPipe) -> None: ...
+    def streamed(self, pipe: StreamPipe | FanIn) -> None: ...
     def end(self, ex: Exchange, ended: float) -> None: ...
 
 

@@ -63,20 +63,23 @@ class Recorder:
 
         return recording_receive, recording_send
 
-    def upstream_read(self, piece: bytes) -> None:
-        """Each piece read from the upstream; ``b""`` when its body ended."""
+    def upstream_read(self, piece: bytes, opened: RawResponse | None = None) -> None:
+        """Each piece read from the upstream; ``b""`` when its body ended. ``opened``: the response
+        the piece belongs to; a record holds one upstream answer, so pieces of another (n fanned
+        out: the copies' answers) are not mixed into it."""
         response = self.raw.upstream_response
-        if response is not None:
+        if response is not None and (opened is None or opened is response):
             if piece:
                 response.reads.append((now(), piece))
             else:
                 response.complete = True
 
-    def upstream_sent(self, t_ns: int, response: UpstreamResponse, body: bytes | None) -> None:
+    def upstream_sent(self, t_ns: int, response: UpstreamResponse, body: bytes | None) -> RawResponse:
         sent = response.request
         self.raw.upstream_request = RawRequest(t_ns, sent.method, sent.url, sent.headers)
         self.raw.upstream_request.body.append(body or b"")
         self.raw.upstream_response = RawResponse(now(), response.status, list(response.headers))
+        return self.raw.upstream_response
 
     def end(self, error: str | None = None) -> None:
         self.raw.end_ns = now()
@@ -115,15 +118,15 @@ class RecordingUpstream:
     ) -> UpstreamResponse:
         started = now()
         response = await self.inner.open(route, method, path, body, content_type, headers)
-        self.recorder.upstream_sent(started, response, body)
-        return RecordingResponse(response, self.recorder)
+        opened = self.recorder.upstream_sent(started, response, body)
+        return RecordingResponse(response, self.recorder, opened)
 
 
 class RecordingResponse:
-    __slots__ = ("inner", "recorder")
+    __slots__ = ("inner", "opened", "recorder")
 
-    def __init__(self, inner: UpstreamResponse, recorder: Recorder) -> None:
-        self.inner, self.recorder = inner, recorder
+    def __init__(self, inner: UpstreamResponse, recorder: Recorder, opened: RawResponse | None = None) -> None:
+        self.inner, self.recorder, self.opened = inner, recorder, opened
 
     @property
     def status(self) -> int:
@@ -146,11 +149,11 @@ class RecordingResponse:
         return self.inner.request
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        read = self.recorder.upstream_read
+        read, opened = self.recorder.upstream_read, self.opened
         async for piece in self.inner.pieces():
-            read(piece)
+            read(piece, opened)
             yield piece
-        read(b"")
+        read(b"", opened)
 
     def close(self) -> None:
         self.inner.close()

@@ -158,7 +158,8 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
 
 async def relay_stream(
     response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers, limit: int
-) -> None:
+) -> StreamPipe | None:
+    """Relay a stream; its pipe, once done (None when the upstream's error answer was relayed)."""
     if response.status >= 400:
         try:
             error = normalize_upstream_error(
@@ -168,12 +169,14 @@ async def relay_stream(
             response.close()
             error = failure
         await send_error(send, error, [*extra, *retry_headers(response.headers)])
-        return
+        return None
     pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=limit)
     head = Head(send, extra)
     tail = await pump(pipe, response, head, limit, ctx.response_id, ctx.model)
-    if tail is not None:
-        await head(tail, more=False)
+    if tail is None:  # refused before its first chunk: the client has the error
+        return None
+    await head(tail, more=False)
+    return pipe
 
 
 class Head:

@@ -38,6 +38,7 @@ from oaishim.server.asgi import Scope
 from oaishim.server.config import ModelRoute
 from oaishim.server.exchange import Exchange, current
 from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse
+from oaishim.transform.fanin import FanIn
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.request import PreparedRequest
 from oaishim.wire.errors import OpenAIError
@@ -158,7 +159,7 @@ class RequestSpan:
         if self.owner.capture_content:
             self.outputs = messages.outputs(body) or self.outputs
 
-    def streamed(self, pipe: StreamPipe) -> None:
+    def streamed(self, pipe: StreamPipe | FanIn) -> None:
         normalizer = pipe.normalizer
         self.response_id = normalizer.ctx.response_id
         self.response_model = normalizer.ctx.model

@@ -55,6 +55,11 @@ def upstream_too_large(limit: int, what: str) -> OpenAIError:
 
 def plain_answer(endpoint: Endpoint, status: int, raw: bytes, ctx: ResponseContext) -> dict[str, Any]:
     """The client's body for the backend's, or the OpenAIError the client gets instead."""
+    return normalize_body(endpoint, upstream_body(status, raw, ctx), ctx)
+
+
+def upstream_body(status: int, raw: bytes, ctx: ResponseContext) -> Mapping[str, Any]:
+    """The backend's answer as a JSON object, or the OpenAIError the client gets instead."""
     if status >= 400:
         raise normalize_upstream_error(status, raw, context_param=ctx.context_param)
     try:
@@ -63,6 +68,11 @@ def plain_answer(endpoint: Endpoint, status: int, raw: bytes, ctx: ResponseConte
         raise upstream_error("The upstream answered with a body that is not JSON.") from None
     if not isinstance(body, Mapping) or ("data" not in body and is_error_body(body)):  # a 200 carrying an error
         raise normalize_upstream_error(status, body, context_param=ctx.context_param)
+    return body
+
+
+def normalize_body(endpoint: Endpoint, body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+    """The official answer for a backend's answer (an OpenAIError 502 for one it cannot read)."""
     try:
         return NORMALIZERS[endpoint](body, ctx)  # a body it cannot read raises OpenAIError 502, as does its own fault
     except OpenAIError as error:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.profiles._base import Profile
+from oaishim.transform.params import n as n_param
 from oaishim.transform.params import reasoning_effort
 from oaishim.transform.params.tool_choice import plan_tools
 from oaishim.transform.validate import Endpoint, validate
@@ -105,6 +106,7 @@ class PreparedRequest:
     # (transform.params.tool_choice.ToolPlan.check), and whether the client allows several calls
     tool_check: str | None = None
     parallel_tool_calls: bool = True
+    fan_out: int = 1  # n > 1 on a backend that gives one choice: the copies the request goes out as
 
 
 def _text(content: Any) -> str:
@@ -273,6 +275,7 @@ def rewrite(
             dropped.append(name)
     thinking = reasoning_effort.translate(client, out, profile, dropped) if endpoint == "chat" else None
     tool_plan = plan_tools(out, client, profile) if endpoint == "chat" else None
+    fan_out = n_param.plan(out, client, profile, endpoint)
     if profile.request_hooks:
         out = copy.deepcopy(out)  # hooks edit in place, at any depth; the caller's nested data is shared
         for _name, hook in profile.request_hooks:
@@ -299,4 +302,5 @@ def rewrite(
         thinking=thinking or reasoning_effort.THINKING_ON,
         tool_check=tool_plan.check if tool_plan else None,
         parallel_tool_calls=tool_plan.parallel if tool_plan else True,
+        fan_out=fan_out,
     )

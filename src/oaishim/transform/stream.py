@@ -183,6 +183,11 @@ class StreamNormalizer:
             state = self.choices[upstream_index] = _Choice(-1, repair)
         return state
 
+    def expect(self, upstream_index: int) -> None:
+        """A choice that will come (n fanned out): until it finishes the stream is neither over nor
+        stopped, and a stream that ends without it fails."""
+        self._state(upstream_index)
+
     def _choice(self, choice: Mapping[str, Any]) -> list[Chunk]:
         state = self._state(choice["index"])
         if state.state == "finished":
