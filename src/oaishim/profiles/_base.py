@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oaishim.profiles._response_format import OPENAI_LIKE, StructuredOutput
+
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
 MaxTokensIn = Literal["max_tokens", "max_completion_tokens", "both"]
 RequestHook = Callable[[dict[str, Any]], None]  # edits an upstream request body in place
@@ -45,6 +47,11 @@ class Profile:
       display_markup: literal tags the backend's models leak into text (besides the tokenizer's
         special tokens), stripped from reasoning and content when the display cleanup is on.
       server_header: a substring of the ``Server`` header that identifies the backend (auto).
+
+    Structured output (issue 15): ``structured_output`` says how the backend takes ``response_format``
+    ``json_object`` / ``json_schema`` (where the schema goes, what must be added, whether ``strict`` is
+    read, whether the grammar waits for the reasoning to end) and what the client gets when the answer
+    breaks the format (:class:`~oaishim.profiles._response_format.StructuredOutput`).
     """
 
     name: str
@@ -62,6 +69,8 @@ class Profile:
     reasoning_out: tuple[str, ...] = ("reasoning_content", "reasoning")
     display_markup: frozenset[str] = frozenset()
     server_header: str | None = None
+    # -- response_format (issue 15)
+    structured_output: StructuredOutput = OPENAI_LIKE
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

@@ -17,6 +17,8 @@ Each choice either costs nothing on a lenient server or prevents a 400 on a stri
     stops vLLM-derived servers from turning ``{}`` into usage (V-25, T-19).
   * ``tool_call_type_required``: ``type: "function"`` is the official shape anyway (L-4).
   * ``splits_reasoning = False``: the gateway's ``<think>`` splitter is harmless on text without tags.
+  * response_format (issue 15): the official object, which every server in the notes reads (V-32, S-28,
+    T-21, L-23, O-19); whatever the server does with it, the gateway checks the answer.
 """
 
 from __future__ import annotations

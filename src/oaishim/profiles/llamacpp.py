@@ -19,6 +19,15 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
   * L-19 ``--reasoning-format`` defaults to ``auto``: ``<think>`` is split into ``reasoning_content``
     (since PR #11607, early 2025); ``none`` keeps it in content. The recorded build (README of
     ``tests/fixtures/recorded/llamacpp-server``) runs with ``auto``.
+  * response_format (issue 15; L-23, ``server-common.cpp``@006639c3): ``json_object`` (with a non-standard
+    ``schema``) and ``json_schema`` (its ``json_schema.schema``; ``strict`` is not read — the schema is
+    always a grammar); other types 400. ``json_object`` without a schema is the empty schema, any JSON
+    value, so the gateway adds ``schema: {"type": "object"}``. The native ``json_schema`` key (L-1) is
+    read by every build with grammars, so the old profile sends the schema there (older
+    ``examples/server`` builds knew only ``json_object``; unsure from which build ``json_schema`` is read).
+    Grammar + tools is a 400. Recorded ``ls.chat_json_object`` / ``ls.chat_json_schema``: constrained
+    answers (``{}``, the schema's object with free whitespace). With a template that opens ``<think>``
+    the grammar waits for ``</think>`` (the probe's tiny model never writes it).
   * L-20 usage only with ``stream_options.include_usage``; ``{}`` does not turn it on (§6).
 Response side (fixed by the generic normaliser): L-12 first delta ``content: null``; L-13 ``created``
 per result (old builds: id per chunk, #5876); L-16 ``timings``, ``system_fingerprint`` = build;
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._response_format import StructuredOutput
 
 BEFORE_B9174 = Profile(
     name="llamacpp",
@@ -59,6 +69,7 @@ BEFORE_B9174 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
+    structured_output=StructuredOutput(via="native_json_schema", strict_ignored=True, after_reasoning=True),
 )
 
 FROM_B9174 = Profile(
@@ -77,6 +88,7 @@ FROM_B9174 = Profile(
     splits_reasoning=True,
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
+    structured_output=StructuredOutput(object_schema=True, strict_ignored=True, after_reasoning=True),
 )
 
 FAMILY = Family(

@@ -18,6 +18,9 @@ Wire quirks (``docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609)
     ``arguments`` must be valid JSON (400 "invalid tool call arguments").
   * O-15 ``reasoning_effort``: none → think off, minimal → low, xhigh/ultra → max; invalid → 400.
   * O-16 usage only with ``include_usage``; ``stream_options: {}`` does not turn it on (§6).
+  * response_format (issue 15; O-19, ``openai/openai.go``): ``json_object`` → ``format: "json"``,
+    ``json_schema`` → its ``schema`` as ``format``; ``name`` and ``strict`` are not read (O-1), so the
+    official object is sent and the gateway checks the answer; other types are ignored.
 Response side (fixed by the generic normaliser): O-9 ids ``chatcmpl-<0..998>`` (collide); O-10 completions
 ``created`` per chunk; O-11 first chunk carries content; O-12 old versions put tool calls with
 ``finish_reason: "stop"`` (#9092, PR #7963); O-13 whole tool call in one delta; O-14 ``index`` in
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._response_format import StructuredOutput
 
 OLLAMA = Profile(
     name="ollama",
@@ -53,6 +57,7 @@ OLLAMA = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning",),
+    structured_output=StructuredOutput(strict_ignored=True),
 )
 
 FAMILY = Family(

@@ -15,6 +15,11 @@ Wire quirks (``docs/backend-quirks.md`` §2 row; source file; issue), request si
     are not described, so the profile sends ``max_tokens`` only (unsure; same meaning in SGLang).
   * S-8 sampling defaults from ``generation_config``; S-20 ``include_usage`` defaults to False
     (``--stream-response-default-include-usage`` turns it on for everyone; not detectable).
+  * response_format (issue 15; S-28, ``protocol.py`` ``set_json_schema``, ``to_sampling_params``):
+    ``json_object`` is the grammar ``{"type": "object"}``; ``json_schema`` needs ``json_schema.schema``;
+    ``strict: false`` may be left unconstrained when the renderer handles the format, so ``strict: true``
+    is sent (the gateway still checks the answer, and reports a non-strict one as the client asked).
+    Constraints with tools: the tool grammar is dropped (a warning, ``serving_chat.py``).
 Response side (fixed by the generic normaliser): S-9 first chunk without ``refusal``; S-10 chunk ``id``
 differs per choice for n>1 and ``created`` changes across seconds (#39864, PR #39887); S-11 ``model``
 echoes the request (``"default"``, #4293); S-12 separate finish chunk; S-13 ``finish_reason:"abort"``;
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
+from oaishim.profiles._response_format import StructuredOutput
 
 SGLANG = Profile(
     name="sglang",
@@ -47,6 +53,7 @@ SGLANG = Profile(
     usage_on_empty_stream_options=False,
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
+    structured_output=StructuredOutput(force_strict=True),
 )
 
 FAMILY = Family(

@@ -21,6 +21,11 @@ Wire quirks (``docs/backend-quirks.md`` §3 row; source file; issue), request si
     ``max_tokens``, the one name every version reads (sending both keys could trip ``extra="forbid"``).
   * T-19 ``include_usage`` defaults to True when ``stream_options`` is present (2026 source too).
   * T-9 ``suffix`` and ``stream_options`` without ``stream`` → 400; T-8 older PyTorch backend rejects n>1.
+  * response_format (issue 15; T-21, ``openai_protocol.py`` ``_response_format_to_guided_decoding_params``):
+    ``json_object`` and ``json_schema`` (the wrapper or a bare schema) become its ``GuidedDecodingParams``;
+    with a reasoning parser the constraint starts after the think block. The official object is sent
+    as it is (it passes ``extra="forbid"``); older releases are not described (unsure). Guided decoding
+    needs a backend in the server's LLM-API options; without one the gateway's check is what remains.
 Response side (fixed by the generic normaliser): T-10 first chunk ``{"role"}`` only, SSE ``data: {...} \\n\\n``
 with a trailing space; T-11 fresh chunk ``id``/``created`` per chunk before PR #14708 (2026-05-28), seen on 1.3.0rc6;
 T-12 ``"content":""``/``"reasoning_content":""`` on every chunk; T-13 finish on the last delta; T-14
@@ -42,6 +47,9 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._response_format import StructuredOutput
+
+_STRUCTURED = StructuredOutput(after_reasoning=True)
 
 # What the 2026 request model lacks, plus parallel_tool_calls (accepted there, never enforced, absent before).
 _DROPPED = PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"}
@@ -61,6 +69,7 @@ BEFORE_1_4 = Profile(
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    structured_output=_STRUCTURED,
 )
 
 FROM_1_4 = Profile(
@@ -79,6 +88,7 @@ FROM_1_4 = Profile(
     usage_on_empty_stream_options=True,
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
+    structured_output=_STRUCTURED,
 )
 
 FAMILY = Family(

@@ -22,6 +22,17 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
     (v0.10 / engine-split era) → ``{}`` turns usage on; the 2026 default is False (recorded
     0.32 ``s1_chat_stream_emptyopts`` has no usage chunk).
   * v0.10 ``reasoning_effort`` accepts only low/medium/high (``protocol.py``@0052bed3); 2026 none…max.
+  * response_format (issue 15; V-32): ``json_object`` and ``json_schema`` are read (2026:
+    ``generate/base/protocol.py`` ``structured_outputs_from_response_format`` turns them into
+    ``structured_outputs`` json / json_object); the native ``structured_outputs`` (2025+) or
+    ``guided_json`` (older) fields are the grammar's own. The grammar applies only after the reasoning
+    ends when a reasoning parser runs (unless ``--structured-outputs-config enable_in_reasoning``).
+    0.32: sent as ``structured_outputs`` with ``disable_any_whitespace`` (``sampling_params.py``
+    ``StructuredOutputsParams``): the default grammar lets whitespace run on — recorded 0.32
+    ``s1_force_response_format`` is ``{"a"`` and 60 tokens of spaces, cut by the limit. Before 0.6.5 the
+    schema goes as ``guided_json`` (there since 0.4, while when ``response_format`` gained ``json_schema``
+    is not in the notes; unsure); 0.6.5–0.32 keep the official object (the notes do not say when
+    ``structured_outputs`` arrived).
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
 ``refusal``; V-15 ``finish_reason`` on the last content chunk; V-17 ``stop_reason``; V-18 extra null
 fields; V-19 ``tool_calls: []`` (#44104); V-21 ids ``chatcmpl-tool-…``; V-23 reasoning output
@@ -42,6 +53,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
+from oaishim.profiles._response_format import StructuredOutput
 
 # vLLM's 400 for tool_choice "auto" (explicit, or the default with tools) without a tool-call parser
 # (V-5): '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
@@ -65,6 +77,7 @@ FORBID_ERA = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    structured_output=StructuredOutput(via="guided_json", after_reasoning=True),
 )
 
 ALLOW_ERA = Profile(
@@ -83,6 +96,7 @@ ALLOW_ERA = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning_content", "reasoning"),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    structured_output=StructuredOutput(after_reasoning=True),
 )
 
 LAYOUT_2026 = Profile(
@@ -100,6 +114,7 @@ LAYOUT_2026 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
+    structured_output=StructuredOutput(via="structured_outputs", compact=True, after_reasoning=True),
 )
 
 FAMILY = Family(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from oaishim.transform.ids import random_id
 
 if TYPE_CHECKING:
+    from oaishim.transform.params.response_format import OutputFormat
     from oaishim.transform.repair import RepairPlan
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both", "drop"]
@@ -32,6 +33,9 @@ class ResponseContext:
     response_id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     repairs: set[str] = field(default_factory=set)  # the kinds of repair the answer needed (for the operator)
+    output_format: OutputFormat | None = None  # what the answer's content must be (response_format)
+    # Where the final answer broke it: (choice index, kind, detail); kind not_json, not_object or schema.
+    format_violations: list[tuple[int, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.response_id:

@@ -18,6 +18,7 @@ with the quirk it undoes (docs/backend-quirks.md §8, request side):
   would run to the end of the context).
 * ``stream_options`` says exactly what the client meant: where ``{}`` turns usage on (V-25, T-19)
   an explicit ``include_usage: false`` is sent; ``include_obfuscation`` (OpenAI-only) is dropped.
+* ``response_format`` goes where the backend's grammar reads it (``transform.params.response_format``).
 * Fields the backend rejects are dropped and reported; the profile's hooks run last.
 
 The caller's body is never changed: the top level is copied, and a message is copied only when it
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.profiles._base import Profile
+from oaishim.transform.params.response_format import OutputFormat, translate_response_format
 from oaishim.transform.validate import Endpoint, validate
 
 __all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare", "rewrite"]
@@ -98,6 +100,7 @@ class PreparedRequest:
     include_stop_str_in_output: bool = False
     max_tokens: int | None = None
     repairs: list[str] = field(default_factory=list)  # what the rewrite changed, by kind (for the operator)
+    output_format: OutputFormat | None = None  # response_format json_object/json_schema, to check the answer against
 
 
 def _text(content: Any) -> str:
@@ -264,6 +267,7 @@ def rewrite(
         del out[name]
         if name in client:
             dropped.append(name)
+    output_format = translate_response_format(out, profile) if endpoint == "chat" else None
     if profile.request_hooks:
         out = copy.deepcopy(out)  # hooks edit in place, at any depth; the caller's nested data is shared
         for _name, hook in profile.request_hooks:
@@ -287,4 +291,5 @@ def rewrite(
         include_stop_str_in_output=client.get("include_stop_str_in_output") is True,
         max_tokens=limit,
         repairs=repairs,
+        output_format=output_format,
     )
