@@ -142,19 +142,14 @@ def test_a_streamed_violation_is_logged_and_counted(
     assert metric(url, "qwen3:8b") == before + 1
 
 
-def test_vllm_is_sent_structured_outputs_without_free_whitespace(backend: FakeUpstream, gateways: Any) -> None:
-    """Recorded 0.32 ``s1_force_response_format``: the official object let the tiny model write spaces to
-    the limit. The gateway sends vLLM's own field with ``disable_any_whitespace``; the recorded cut answer
-    (finish ``length``) is not a violation: its finish says it is cut."""
+def test_vllm_free_whitespace_cut_by_the_limit_is_not_a_violation(backend: FakeUpstream, gateways: Any) -> None:
+    """Recorded 0.32 ``s1_force_response_format``: the grammar let the tiny model write spaces to the
+    limit. The cut answer (finish ``length``) is not reported as a violation: its finish says it is cut,
+    as the official API's would."""
     request = json.loads((VLLM / "s1_force_response_format.req.json").read_text())
     backend.push(Canned((VLLM / "s1_force_response_format.body").read_bytes()))
     status, headers, out = chat(gateways("vllm@0.32"), request)
-    sent = backend.seen[-1].json()
-    assert "response_format" not in sent
-    assert sent["structured_outputs"] == {
-        "json": request["response_format"]["json_schema"]["schema"],
-        "disable_any_whitespace": True,
-    }
+    assert backend.seen[-1].json()["response_format"] == request["response_format"]
     assert status == 200 and "x-oaishim-format-violation" not in headers
     assert json.loads(out)["choices"][0]["finish_reason"] == "length"
 
@@ -191,7 +186,7 @@ def test_responses_text_format_json_in_reasoning_becomes_the_output_text(backend
     assert status == 200
     response = final(out)
     assert text(response) == '{"city": "Paris"}' and [i for i in response["output"] if i["type"] == "reasoning"] == []
-    assert backend.seen[-1].json()["structured_outputs"]["json"] == RESPONSES_FORMAT["schema"]
+    assert backend.seen[-1].json()["response_format"]["json_schema"]["schema"] == RESPONSES_FORMAT["schema"]
 
 
 def test_responses_plain_violation_has_the_header(backend: FakeUpstream, gateways: Any) -> None:

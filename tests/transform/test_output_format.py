@@ -73,16 +73,16 @@ def context(response_format: dict[str, Any], profile: Profile | None = None, **m
 
 def upstream(profile: str, response_format: dict[str, Any]) -> dict[str, Any]:
     sent = prepare("chat", body(response_format), get_profile(profile)).body
-    keys = ("response_format", "structured_outputs", "guided_json", "json_schema")
+    keys = ("response_format", "guided_json", "json_schema")
     return {k: sent[k] for k in keys if k in sent}
 
 
 @pytest.mark.parametrize(
     ("profile", "response_format", "sent"),
     [
-        # V-32: vLLM's own field, without the free whitespace the recorded 0.32 answer ran into
-        ("vllm@0.32", JSON_SCHEMA, {"structured_outputs": {"json": SCHEMA, "disable_any_whitespace": True}}),
-        ("vllm@0.32", JSON_OBJECT, {"structured_outputs": {"json_object": True, "disable_any_whitespace": True}}),
+        # V-32: the official object from 0.6.5; the schema as guided_json before
+        ("vllm@0.32", JSON_SCHEMA, {"response_format": JSON_SCHEMA}),
+        ("vllm@0.32", JSON_OBJECT, {"response_format": JSON_OBJECT}),
         ("vllm@0.6.5", JSON_SCHEMA, {"response_format": JSON_SCHEMA}),
         ("vllm@0", JSON_SCHEMA, {"guided_json": SCHEMA}),
         ("vllm@0", JSON_OBJECT, {"response_format": JSON_OBJECT}),

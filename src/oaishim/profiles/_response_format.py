@@ -13,10 +13,9 @@ from typing import Literal
 
 # Where the JSON Schema goes:
 #   response_format     the official object, as the client sent it;
-#   structured_outputs  vLLM's own field (``structured_outputs: {json: schema}`` / ``{json_object: true}``);
 #   guided_json         vLLM's older extension (``guided_json: schema``);
 #   native_json_schema  llama.cpp's top-level ``json_schema`` key (read by every build, L-1).
-SchemaVia = Literal["response_format", "structured_outputs", "guided_json", "native_json_schema"]
+SchemaVia = Literal["response_format", "guided_json", "native_json_schema"]
 ViolationPolicy = Literal["header", "error"]
 
 
@@ -27,9 +26,6 @@ class StructuredOutput:
     via: where the schema (and ``json_object``) is sent (see ``SchemaVia``).
     object_schema: the backend reads ``json_object`` as "any JSON value"; an explicit ``{"type": "object"}``
       schema is sent with it (llama.cpp's non-standard ``response_format.schema``, or the native key).
-    compact: the backend's grammar lets the model write whitespace between tokens without end (a small
-      model loops in it until the token limit); the gateway asks for JSON without free whitespace, as the
-      official API writes it (vLLM ``structured_outputs.disable_any_whitespace``).
     force_strict: the backend may leave ``strict: false`` unconstrained; ``strict: true`` is sent.
     strict_ignored: the backend does not read ``strict`` (it constrains either way). Informational.
     after_reasoning: the backend applies the grammar only once the model's reasoning has ended, so a
@@ -43,7 +39,6 @@ class StructuredOutput:
 
     via: SchemaVia = "response_format"
     object_schema: bool = False
-    compact: bool = False
     force_strict: bool = False
     strict_ignored: bool = False
     after_reasoning: bool = False

@@ -27,12 +27,14 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
     ``structured_outputs`` json / json_object); the native ``structured_outputs`` (2025+) or
     ``guided_json`` (older) fields are the grammar's own. The grammar applies only after the reasoning
     ends when a reasoning parser runs (unless ``--structured-outputs-config enable_in_reasoning``).
-    0.32: sent as ``structured_outputs`` with ``disable_any_whitespace`` (``sampling_params.py``
-    ``StructuredOutputsParams``): the default grammar lets whitespace run on — recorded 0.32
-    ``s1_force_response_format`` is ``{"a"`` and 60 tokens of spaces, cut by the limit. Before 0.6.5 the
-    schema goes as ``guided_json`` (there since 0.4, while when ``response_format`` gained ``json_schema``
-    is not in the notes; unsure); 0.6.5–0.32 keep the official object (the notes do not say when
-    ``structured_outputs`` arrived).
+    From 0.6.5 the official object is sent. Its grammar lets whitespace run on between tokens: recorded
+    0.32 ``s1_force_response_format`` is ``{"a"`` and 60 tokens of spaces, cut by the limit, and so is
+    the live probe of the tiny model. ``StructuredOutputsParams.disable_any_whitespace`` exists per
+    request, but 0.32's xgrammar and guidance backends read only the server's
+    ``--structured-outputs-config '{"disable_any_whitespace": true}'`` (``v1/structured_output/backend_xgrammar.py``),
+    so the gateway cannot ask for it; the answer is still checked (a cut one says ``length``). Before
+    0.6.5 the schema goes as ``guided_json`` (there since 0.4, while when ``response_format`` gained
+    ``json_schema`` is not in the notes; unsure).
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
 ``refusal``; V-15 ``finish_reason`` on the last content chunk; V-17 ``stop_reason``; V-18 extra null
 fields; V-19 ``tool_calls: []`` (#44104); V-21 ids ``chatcmpl-tool-…``; V-23 reasoning output
@@ -114,7 +116,7 @@ LAYOUT_2026 = Profile(
     splits_reasoning=False,
     reasoning_out=("reasoning",),
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
-    structured_output=StructuredOutput(via="structured_outputs", compact=True, after_reasoning=True),
+    structured_output=StructuredOutput(after_reasoning=True),
 )
 
 FAMILY = Family(

@@ -3,7 +3,7 @@ what the gateway will check the answer against.
 
 The official request says ``{type: json_object}`` or ``{type: json_schema, json_schema: {name, schema,
 strict}}``. The backend's :class:`~oaishim.profiles._response_format.StructuredOutput` says where its
-grammar reads the schema from (vLLM ``structured_outputs``, old vLLM ``guided_json``, llama.cpp's
+grammar reads the schema from (old vLLM ``guided_json``, llama.cpp's
 native ``json_schema``), what it misreads (llama.cpp takes ``json_object`` as any JSON value, SGLang may
 leave ``strict: false`` unconstrained) and what a violation costs. Whatever is sent, the result is an
 :class:`OutputFormat`: the schema compiled once (jsonschema-rs), for the response side to validate the
@@ -86,13 +86,7 @@ def translate_response_format(body: dict[str, Any], profile: Profile) -> OutputF
     if wanted is None:
         return None
     schema: Mapping[str, Any] = wanted.schema if wanted.schema is not None else OBJECT_SCHEMA
-    if how.via == "structured_outputs":  # vLLM's own field: the one place its grammar options live
-        del body["response_format"]
-        native: dict[str, Any] = {"json_object": True} if wanted.kind == "json_object" else {"json": dict(schema)}
-        if how.compact:
-            native["disable_any_whitespace"] = True
-        body["structured_outputs"] = native
-    elif how.via == "guided_json":
+    if how.via == "guided_json":
         if wanted.kind == "json_schema":  # json_object stays official: those versions read it
             del body["response_format"]
             body["guided_json"] = dict(schema)
