@@ -60,6 +60,10 @@ def test_thinking_off_only_where_the_server_reads_extension_fields() -> None:
     body = {"messages": [], "chat_template_kwargs": {"x": 1}}
     steered = steer_body(body, {"thinking": False}, Steering("gbnf"))
     assert steered["chat_template_kwargs"] == {"x": 1, "enable_thinking": False}
+    assert steer_body(body, {"thinking": False}, Steering("prompt", tokenize="vllm"))["chat_template_kwargs"] == {
+        "x": 1,
+        "enable_thinking": False,
+    }  # a reasoning parser can spoil text calibration; /tokenize still says the server is self-hosted
     assert steer_body(body, {"thinking": False}, Steering("prompt")) == body  # the official API refuses extras
     assert body["chat_template_kwargs"] == {"x": 1}
 

@@ -22,8 +22,9 @@ Token ids come from the server's ``/tokenize`` (llama.cpp and vLLM shapes, also 
 
 ``thinking: false`` (structured output on a template that opens ``<think>``): the backends apply a
 ``response_format`` grammar only after the reasoning ends (vLLM V-32, llama.cpp L-23), and a random
-test model never ends it; where a text dialect works (the server reads extension fields) the step
-also gets ``chat_template_kwargs: {enable_thinking: false}``, which vLLM and llama.cpp templates read.
+test model never ends it; where the server reads extension fields (a text dialect works, or its own
+``/tokenize`` answers) the step also gets ``chat_template_kwargs: {enable_thinking: false}``, which
+vLLM and llama.cpp templates read.
 
 The Responses API (``/v1/responses``) is calibrated on its own, the same way: a backend's own
 endpoint may read ``grammar`` or ``structured_outputs`` beside the official fields, while a gateway
@@ -151,7 +152,7 @@ def steer_body(body: Mapping[str, Any], steer: Mapping[str, Any], steering: Stee
             if isinstance(out.get("messages"), list):
                 out["messages"] = list(out["messages"])
             _ask_in_prompt(out, text)
-    if steer.get("thinking") is False and steering.exact_text:
+    if steer.get("thinking") is False and (steering.exact_text or steering.tokenize is not None):
         kwargs = out.get("chat_template_kwargs")
         out["chat_template_kwargs"] = {**(kwargs if isinstance(kwargs, Mapping) else {}), "enable_thinking": False}
     if steer.get("tool_call") and steering.tool_call == "recipe":
