@@ -32,7 +32,9 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
     the live probe of the tiny model. ``StructuredOutputsParams.disable_any_whitespace`` exists per
     request, but 0.32's xgrammar and guidance backends read only the server's
     ``--structured-outputs-config '{"disable_any_whitespace": true}'`` (``v1/structured_output/backend_xgrammar.py``),
-    so the gateway cannot ask for it; the answer is still checked (a cut one says ``length``). Before
+    so the gateway cannot ask for it; the answer is still checked (a cut one says ``length``). Live 0.32
+    with ``--reasoning-parser qwen3`` and ``enable_in_reasoning`` (plus that flag): the tiny model's
+    ``{"city":"Paris"}`` comes back as ``reasoning`` with ``content: ""``; the gateway moves it. Before
     0.6.5 the schema goes as ``guided_json`` (there since 0.4, while when ``response_format`` gained
     ``json_schema`` is not in the notes; unsure).
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
