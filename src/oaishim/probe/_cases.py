@@ -123,8 +123,8 @@ def _step(data: Any, where: str) -> Step:
     if body is not None and not isinstance(body, Mapping):
         raise CatalogueError(f"{where}: body must be a mapping")
     steer = data.get("steer") or {}
-    if not isinstance(steer, Mapping) or not set(steer) <= {"text", "tool_call"}:
-        raise CatalogueError(f"{where}: steer takes text and/or tool_call")
+    if not isinstance(steer, Mapping) or not set(steer) <= {"text", "tool_call", "thinking"}:
+        raise CatalogueError(f"{where}: steer takes text, tool_call and/or thinking")
     method = str(data.get("method", "POST" if body is not None or raw is not None else "GET"))
     return Step(data["name"], str(data.get("path", "/v1/chat/completions")), method, body, raw, dict(steer))
 

@@ -414,6 +414,46 @@ def _tool_calls_at_most(params: Mapping[str, Any], views: Views, ctx: Context) -
     return Verdict("pass", f"{len(calls)} tool call(s), at most {most}")
 
 
+def _format_honoured(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
+    """``response_format`` had its effect: the content is a JSON object (``json_object``) or JSON the
+    schema accepts (``json_schema``). A failure names the parameter that had no effect."""
+    name, schema = params["step"], params.get("schema")
+    param = "response_format json_schema" if schema is not None else "response_format json_object"
+    if (bad := _answered(views[name], name)) is not None:
+        return bad
+    view = views[name]
+    text, reasoning = view.text() or "", view.reasoning() or ""
+    if view.finish_reason() == "length":
+        if not text.strip() and reasoning:  # V-32, L-23: the grammar waits for the reasoning to end
+            why = "the model was still reasoning at the token limit (the backend applies the grammar after it)"
+        else:
+            why = "the output was cut by the token limit"
+        return Verdict("skip", f"cannot tell: {why}; content {_short(text)}")
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = _NOT_JSON
+    if value is _NOT_JSON:
+        where = " (the JSON came as reasoning)" if not text.strip() and _parses(reasoning) else ""
+        return Verdict("fail", f"step {name}: {param} had no effect: content {_short(text)} is not JSON{where}", "$")
+    if schema is None:
+        if isinstance(value, dict):
+            return Verdict("pass", f"step {name}: {_short(value, 60)} is a JSON object")
+        return Verdict("fail", f"step {name}: {param} had no effect: {_short(value, 60)} is not a JSON object", "$")
+    errors = [e.message for e in jsonschema_rs.validator_for(schema).iter_errors(value)]
+    if not errors:
+        return Verdict("pass", f"step {name}: {_short(value, 60)} matches the schema")
+    return Verdict("fail", f"step {name}: {param} had no effect: {_short(value, 60)} breaks it ({_short(errors[0])})")
+
+
+def _parses(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return bool(text.strip())
+
+
 EXPECTATIONS: dict[str, Check] = {
     "status": _status,
     "same-text": _same_text,
@@ -444,4 +484,5 @@ EXPECTATIONS: dict[str, Check] = {
     "param-changes-prompt": _param_changes_prompt,
     "forced-call": _forced_call,
     "tool-calls-at-most": _tool_calls_at_most,
+    "format-honoured": _format_honoured,
 }

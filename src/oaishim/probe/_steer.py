@@ -20,6 +20,12 @@ recorded llama.cpp traffic uses for Qwen-style templates (``tests/fixtures/recor
 ``logit_bias`` +100 on the ``<tool_call>`` and newline tokens, ``stop: ["</tool_call>"]``, one call.
 Token ids come from the server's ``/tokenize`` (llama.cpp and vLLM shapes, also found by effect).
 
+``thinking: false`` (structured output on a template that opens ``<think>``): the backends apply a
+``response_format`` grammar only after the reasoning ends (vLLM V-32, llama.cpp L-23), and a random
+test model never ends it; where the server reads extension fields (a text dialect works, or its own
+``/tokenize`` answers) the step also gets ``chat_template_kwargs: {enable_thinking: false}``, which
+vLLM and llama.cpp templates read.
+
 The Responses API (``/v1/responses``) is calibrated on its own, the same way: a backend's own
 endpoint may read ``grammar`` or ``structured_outputs`` beside the official fields, while a gateway
 that refuses unknown parameters (as the official API does) can only be steered by what the API
@@ -146,6 +152,9 @@ def steer_body(body: Mapping[str, Any], steer: Mapping[str, Any], steering: Stee
             if isinstance(out.get("messages"), list):
                 out["messages"] = list(out["messages"])
             _ask_in_prompt(out, text)
+    if steer.get("thinking") is False and (steering.exact_text or steering.tokenize is not None):
+        kwargs = out.get("chat_template_kwargs")
+        out["chat_template_kwargs"] = {**(kwargs if isinstance(kwargs, Mapping) else {}), "enable_thinking": False}
     if steer.get("tool_call") and steering.tool_call == "recipe":
         for key, value in steering.tool_overlay.items():
             if key == "logit_bias" and isinstance(out.get(key), Mapping):

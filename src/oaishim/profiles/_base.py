@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from oaishim.profiles._reasoning_effort import OFFICIAL_WAY, ReasoningEffortIn
+from oaishim.profiles._response_format import OPENAI_LIKE, StructuredOutput
 from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 ReasoningIn = Literal["reasoning", "reasoning_content", "drop"]
@@ -67,6 +68,10 @@ class Profile:
         choices gets the missing ones fanned out (plain) or is reported (stream) and fanned out from then on.
       n_refusal: a phrase of the backend's error answer to ``n > 1`` on a ``native`` profile (a build or
         mode without it): the gateway then fans the request out instead of passing the error on.
+    Structured output (issue 15): ``structured_output`` says how the backend takes ``response_format``
+    ``json_object`` / ``json_schema`` (where the schema goes, what must be added, whether ``strict`` is
+    read, whether the grammar waits for the reasoning to end) and what the client gets when the answer
+    breaks the format (:class:`~oaishim.profiles._response_format.StructuredOutput`).
     """
 
     name: str
@@ -91,6 +96,8 @@ class Profile:
     # -- n (issue 15)
     n_choices: NChoices = "native"
     n_refusal: str | None = None
+    # -- response_format (issue 15)
+    structured_output: StructuredOutput = OPENAI_LIKE
 
     def __repr__(self) -> str:
         return f"<Profile {self.name} {self.version}>"

@@ -27,6 +27,15 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     ``<think>`` the model writes anyway in ``content``, which the gateway splits and drops. The
     ``--reasoning-budget`` counts are server flags (per-request budget keys vary by build), so no budget
     is sent: low…max all mean "on".
+  * response_format (issue 15; L-23, ``server-common.cpp``@006639c3): ``json_object`` (with a non-standard
+    ``schema``) and ``json_schema`` (its ``json_schema.schema``; ``strict`` is not read — the schema is
+    always a grammar); other types 400. ``json_object`` without a schema is the empty schema, any JSON
+    value, so the gateway adds ``schema: {"type": "object"}``. The native ``json_schema`` key (L-1) is
+    read by every build with grammars, so the old profile sends the schema there (older
+    ``examples/server`` builds knew only ``json_object``; unsure from which build ``json_schema`` is read).
+    Grammar + tools is a 400. Recorded ``ls.chat_json_object`` / ``ls.chat_json_schema``: constrained
+    answers (``{}``, the schema's object with free whitespace). With a template that opens ``<think>``
+    the grammar waits for ``</think>`` (the probe's tiny model never writes it).
   * L-20 usage only with ``stream_options.include_usage``; ``{}`` does not turn it on (§6).
   * tool_choice / parallel_tool_calls (issue 15): ``required`` is enforced by llama.cpp's grammar
     (``common/chat.cpp`` ``common_chat_tool_choice_parse_oaicompat``, L-3); a named choice is read as
@@ -65,6 +74,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._response_format import StructuredOutput
 from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # enable_thinking is read from chat_template_kwargs by every build that has it (L-19); older ones ignore it (L-1)
@@ -89,6 +99,7 @@ BEFORE_B9174 = Profile(
     reasoning_effort_in=_THINKING,
     tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
     n_choices="fan_out",
+    structured_output=StructuredOutput(via="native_json_schema", strict_ignored=True, after_reasoning=True),
 )
 
 FROM_B9174 = Profile(
@@ -110,6 +121,7 @@ FROM_B9174 = Profile(
     reasoning_effort_in=_THINKING,
     tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
     n_choices="fan_out",
+    structured_output=StructuredOutput(object_schema=True, strict_ignored=True, after_reasoning=True),
 )
 
 FAMILY = Family(

@@ -25,6 +25,9 @@ Wire quirks (``docs/backend-quirks.md`` §5 row; source at ollama HEAD fb307609)
     (a named one offers only that function) and the gateway checks the answer, asks once more, then
     answers an error (``retry``); under ``parallel_tool_calls: false`` the gateway keeps one call.
     ``none``: the tools are not sent, the only way to stop a call there.
+  * response_format (issue 15; O-19, ``openai/openai.go``): ``json_object`` → ``format: "json"``,
+    ``json_schema`` → its ``schema`` as ``format``; ``name`` and ``strict`` are not read (O-1), so the
+    official object is sent and the gateway checks the answer; other types are ignored.
 Response side (fixed by the generic normaliser): O-9 ids ``chatcmpl-<0..998>`` (collide); O-10 completions
 ``created`` per chunk; O-11 first chunk carries content; O-12 old versions put tool calls with
 ``finish_reason: "stop"`` (#9092, PR #7963); O-13 whole tool call in one delta; O-14 ``index`` in
@@ -50,6 +53,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._response_format import StructuredOutput
 from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 OLLAMA = Profile(
@@ -69,6 +73,7 @@ OLLAMA = Profile(
     reasoning_effort_in=ReasoningEffortIn(nearest=(("minimal", "none"),)),
     tool_choice=ToolChoiceSupport(required="retry", named="retry", none_hides_tools=True),
     n_choices="fan_out",
+    structured_output=StructuredOutput(strict_ignored=True),
 )
 
 FAMILY = Family(

@@ -26,6 +26,11 @@ Wire quirks (``docs/backend-quirks.md`` §2 row; source file; issue), request si
     template, S-5, ``serving_chat.py`` ``_process_messages``); ``required`` is sent as it is (SGLang
     constrains it like vLLM; inferred, the notes do not describe it). ``parallel_tool_calls`` defaults to
     true (S-5). ``none``: the tools are not sent.
+  * response_format (issue 15; S-28, ``protocol.py`` ``set_json_schema``, ``to_sampling_params``):
+    ``json_object`` is the grammar ``{"type": "object"}``; ``json_schema`` needs ``json_schema.schema``;
+    ``strict: false`` may be left unconstrained when the renderer handles the format, so ``strict: true``
+    is sent (the gateway still checks the answer, and reports a non-strict one as the client asked).
+    Constraints with tools: the tool grammar is dropped (a warning, ``serving_chat.py``).
 Response side (fixed by the generic normaliser): S-9 first chunk without ``refusal``; S-10 chunk ``id``
 differs per choice for n>1 and ``created`` changes across seconds (#39864, PR #39887); S-11 ``model``
 echoes the request (``"default"``, #4293); S-12 separate finish chunk; S-13 ``finish_reason:"abort"``;
@@ -47,6 +52,7 @@ from __future__ import annotations
 from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._response_format import StructuredOutput
 from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 SGLANG = Profile(
@@ -71,6 +77,7 @@ SGLANG = Profile(
         native_off=False,
     ),
     tool_choice=ToolChoiceSupport(none_hides_tools=True),
+    structured_output=StructuredOutput(force_strict=True),
 )
 
 FAMILY = Family(

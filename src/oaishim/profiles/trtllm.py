@@ -35,6 +35,11 @@ Wire quirks (``docs/backend-quirks.md`` §3 row; source file; issue), request si
     gateway checks the answer, asks once more, then answers an error (``retry``). Named choices are
     supported (§6 table). ``parallel_tool_calls`` is accepted but not enforced (T-5): dropped (above),
     and the gateway keeps at most one call under ``false``. ``none``: the tools are not sent.
+  * response_format (issue 15; T-21, ``openai_protocol.py`` ``_response_format_to_guided_decoding_params``):
+    ``json_object`` and ``json_schema`` (the wrapper or a bare schema) become its ``GuidedDecodingParams``;
+    with a reasoning parser the constraint starts after the think block. The official object is sent
+    as it is (it passes ``extra="forbid"``); older releases are not described (unsure). Guided decoding
+    needs a backend in the server's LLM-API options; without one the gateway's check is what remains.
 Response side (fixed by the generic normaliser): T-10 first chunk ``{"role"}`` only, SSE ``data: {...} \\n\\n``
 with a trailing space; T-11 fresh chunk ``id``/``created`` per chunk before PR #14708 (2026-05-28), seen on 1.3.0rc6;
 T-12 ``"content":""``/``"reasoning_content":""`` on every chunk; T-13 finish on the last delta; T-14
@@ -63,7 +68,10 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._response_format import StructuredOutput
 from oaishim.profiles._tool_choice import ToolChoiceSupport
+
+_STRUCTURED = StructuredOutput(after_reasoning=True)
 
 # What the 2026 request model lacks, plus parallel_tool_calls (accepted there, never enforced, absent before).
 _DROPPED = PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"}
@@ -87,6 +95,7 @@ BEFORE_1_4 = Profile(
     reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),
     tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
     n_refusal=_N_REFUSAL,
+    structured_output=_STRUCTURED,
 )
 
 FROM_1_4 = Profile(
@@ -112,6 +121,7 @@ FROM_1_4 = Profile(
     ),
     tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
     n_refusal=_N_REFUSAL,
+    structured_output=_STRUCTURED,
 )
 
 FAMILY = Family(

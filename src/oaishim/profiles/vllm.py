@@ -36,6 +36,22 @@ Wire quirks (``docs/backend-quirks.md`` §1 row; source file; issue), request si
     gateway resends with ``tool_choice: "none"`` and ``structured_outputs: {json}`` forcing one call
     (``refusal``/``guided``; older versions read ``guided_json`` and are not given the fallback).
     ``none``: the tools are not sent. ``parallel_tool_calls`` defaults to true, as OpenAI's.
+  * v0.10 ``reasoning_effort`` accepts only low/medium/high (``protocol.py``@0052bed3); 2026 none…max.
+  * response_format (issue 15; V-32): ``json_object`` and ``json_schema`` are read (2026:
+    ``generate/base/protocol.py`` ``structured_outputs_from_response_format`` turns them into
+    ``structured_outputs`` json / json_object); the native ``structured_outputs`` (2025+) or
+    ``guided_json`` (older) fields are the grammar's own. The grammar applies only after the reasoning
+    ends when a reasoning parser runs (unless ``--structured-outputs-config enable_in_reasoning``).
+    From 0.6.5 the official object is sent. Its grammar lets whitespace run on between tokens: recorded
+    0.32 ``s1_force_response_format`` is ``{"a"`` and 60 tokens of spaces, cut by the limit, and so is
+    the live probe of the tiny model. ``StructuredOutputsParams.disable_any_whitespace`` exists per
+    request, but 0.32's xgrammar and guidance backends read only the server's
+    ``--structured-outputs-config '{"disable_any_whitespace": true}'`` (``v1/structured_output/backend_xgrammar.py``),
+    so the gateway cannot ask for it; the answer is still checked (a cut one says ``length``). Live 0.32
+    with ``--reasoning-parser qwen3`` and ``enable_in_reasoning`` (plus that flag): the tiny model's
+    ``{"city":"Paris"}`` comes back as ``reasoning`` with ``content: ""``; the gateway moves it. Before
+    0.6.5 the schema goes as ``guided_json`` (there since 0.4, while when ``response_format`` gained
+    ``json_schema`` is not in the notes; unsure).
 Response side (fixed by the generic normaliser whatever the profile): V-12 first chunk without
 ``refusal``; V-15 ``finish_reason`` on the last content chunk; V-17 ``stop_reason``; V-18 extra null
 fields; V-19 ``tool_calls: []`` (#44104); V-21 ids ``chatcmpl-tool-…``; V-23 reasoning output
@@ -60,6 +76,7 @@ from oaishim.profiles._base import Profile
 from oaishim.profiles._family import Family
 from oaishim.profiles._fields import LEGACY_FUNCTIONS, PLATFORM_ONLY
 from oaishim.profiles._reasoning_effort import ReasoningEffortIn
+from oaishim.profiles._response_format import StructuredOutput
 from oaishim.profiles._tool_choice import ToolChoiceSupport
 
 # vLLM's 400 for tool_choice "auto" (explicit, or the default with tools) without a tool-call parser
@@ -86,6 +103,7 @@ FORBID_ERA = Profile(
     auto_tools_refusal=AUTO_TOOLS_REFUSAL,
     reasoning_effort_in=ReasoningEffortIn(efforts=None, native_off=False),  # a 400 here, no switch known
     tool_choice=ToolChoiceSupport(none_hides_tools=True),
+    structured_output=StructuredOutput(via="guided_json", after_reasoning=True),
 )
 
 ALLOW_ERA = Profile(
@@ -112,6 +130,7 @@ ALLOW_ERA = Profile(
         native_off=False,
     ),
     tool_choice=ToolChoiceSupport(none_hides_tools=True),
+    structured_output=StructuredOutput(after_reasoning=True),
 )
 
 LAYOUT_2026 = Profile(
@@ -133,6 +152,7 @@ LAYOUT_2026 = Profile(
     tool_choice=ToolChoiceSupport(
         refusal="requires --tool-call-parser", guided="structured_outputs", none_hides_tools=True
     ),
+    structured_output=StructuredOutput(after_reasoning=True),
 )
 
 FAMILY = Family(

@@ -42,6 +42,7 @@ __all__ = [
     "request_id_from",
 ]
 
+log = logging.getLogger("oaishim.exchange")
 MAX_ID = 128
 _PRINTABLE = frozenset(range(0x21, 0x7F))  # visible ASCII: no space, no control byte, nothing to split a log line
 _current: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("oaishim_exchange", default=None)
@@ -75,6 +76,7 @@ class Exchange:
         "client",
         "endpoint",
         "first_token",
+        "format_violations",
         "gone",
         "headers_out",
         "key_label",
@@ -122,6 +124,7 @@ class Exchange:
         self.tokens_in: int | None = None
         self.tokens_out: int | None = None
         self.repairs: list[str] = []
+        self.format_violations = 0  # choices whose answer broke the response_format asked for
         self.bytes_out = 0
         self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
         self.gone = False  # the client went away before the answer ended
@@ -188,6 +191,7 @@ class Exchange:
         self.added += spent
         self.usage(normalizer.usage)
         self.repaired(sorted(normalizer.ctx.repairs))
+        self.format_broken(normalizer.ctx)
         if normalizer.error is not None and self.upstream_fault is None and not self.gone:
             self.upstream_fault = fault_cause(normalizer.error)
         if self.trace is not None:
@@ -200,6 +204,22 @@ class Exchange:
         self.repaired(sorted(ctx.repairs))
         if self.trace is not None:
             self.trace.answered(body)
+        self.format_broken(ctx)
+        if ctx.format_violations:  # the response head is not sent yet: the client sees it
+            kinds = sorted({kind for _, kind, _ in ctx.format_violations})
+            self.headers_out.append((b"x-oaishim-format-violation", ",".join(kinds).encode()))
+
+    def format_broken(self, ctx: ResponseContext) -> None:
+        """The answer broke its response_format (never a silent pass): logged with the request id and
+        counted (a plain answer also gets ``x-oaishim-format-violation``; a stream's head has gone)."""
+        if not ctx.format_violations or self.format_violations:
+            return
+        self.format_violations = len(ctx.format_violations)
+        for index, kind, detail in ctx.format_violations:
+            log.warning(
+                "request %s (%s, model %s): response_format %s violated, choice %d: %s",
+                self.request_id, ctx.response_id, self.model or ctx.model, kind, index, detail,
+            )  # fmt: skip
 
     def enter(self) -> contextvars.Token[Exchange | None]:
         return _current.set(self)

@@ -144,6 +144,13 @@ class Metrics:
         self.repairs = Counter(
             "oaishim_repairs", "Requests that needed a repair, by kind.", ("kind",), registry=registry
         )
+        self.format_violations = Counter(
+            "oaishim_response_format_violations",
+            "Choices whose final answer broke the response_format asked for (not JSON, not an object, "
+            "or rejected by the schema), by model.",
+            ("gen_ai_request_model",),
+            registry=registry,
+        )
         self.upstream_errors = Counter(
             "oaishim_upstream_errors", "Requests the backend failed, by cause.", ("cause",), registry=registry
         )
@@ -193,6 +200,8 @@ class Metrics:
         if ex.repairs:
             for kind in ex.repairs:
                 self.repairs.labels(kind).inc()
+        if ex.format_violations:
+            self.format_violations.labels(ex.model or "unknown").inc(ex.format_violations)
         if ex.upstream_fault is not None:
             self.upstream_errors.labels(ex.upstream_fault).inc()
         if ex.gone:

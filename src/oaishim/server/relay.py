@@ -67,7 +67,8 @@ async def relay_plain(
         out = plain_answer(endpoint, response.status, raw, ctx)
     except OpenAIError as error:
         if ex is not None and response.status < 400:
-            ex.fault(error)  # a body that cannot be read
+            ex.fault(error)  # a body that cannot be read, or an answer that broke its response_format
+            ex.format_broken(ctx)
         retry = retry_headers(response.headers) if response.status >= 400 else []
         await send_error(send, error, [*extra, *retry])
         return

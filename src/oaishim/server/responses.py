@@ -332,6 +332,8 @@ class _Turn:
         except OpenAIError as error:
             if response.status < 400:
                 relay.fault(error)
+                if (ex := current()) is not None:
+                    ex.format_broken(ctx)  # an answer that broke its response_format (the error policy)
             retry = retry_headers(response.headers) if response.status >= 400 else []
             await send_error(send, error, [*extra, *retry])
             return

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from oaishim.transform.ids import random_id
 
 if TYPE_CHECKING:
+    from oaishim.transform.params.response_format import OutputFormat
     from oaishim.transform.repair import RepairPlan
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both", "drop"]
@@ -39,6 +40,9 @@ class ResponseContext:
     # (a tool call's arguments that are not JSON), by kind, for a response header and a log line
     one_tool_call: bool = False
     violations: set[str] = field(default_factory=set)
+    output_format: OutputFormat | None = None  # what the answer's content must be (response_format)
+    # Where the final answer broke it: (choice index, kind, detail); kind not_json, not_object or schema.
+    format_violations: list[tuple[int, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.response_id:

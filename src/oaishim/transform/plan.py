@@ -46,8 +46,7 @@ def response_context(
     the profile names as display markup)."""
     chat = endpoint == "chat"
     repair = settings.text_repair
-    format_type = prepared.body.get("response_format")
-    structured = isinstance(format_type, dict) and format_type.get("type") in ("json_object", "json_schema")
+    structured = prepared.output_format is not None
     plan = RepairPlan(
         # Split <think> whatever the profile says: a server flag or a request parameter can turn a
         # backend's parser off, and users rarely know how their server was started.
@@ -77,4 +76,5 @@ def response_context(
         context_param={"chat": "messages", "completions": "prompt"}.get(endpoint, "input"),
         thinking_off=prepared.thinking.off,
         one_tool_call=chat and not prepared.parallel_tool_calls,
+        output_format=prepared.output_format,
     )

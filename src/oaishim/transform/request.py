@@ -18,6 +18,7 @@ with the quirk it undoes (docs/backend-quirks.md §8, request side):
   would run to the end of the context).
 * ``stream_options`` says exactly what the client meant: where ``{}`` turns usage on (V-25, T-19)
   an explicit ``include_usage: false`` is sent; ``include_obfuscation`` (OpenAI-only) is dropped.
+* ``response_format`` goes where the backend's grammar reads it (``transform.params.response_format``).
 * Fields the backend rejects are dropped and reported; the profile's hooks run last.
 
 The caller's body is never changed: the top level is copied, and a message is copied only when it
@@ -35,6 +36,7 @@ from typing import Any
 from oaishim.profiles._base import Profile
 from oaishim.transform.params import n as n_param
 from oaishim.transform.params import reasoning_effort
+from oaishim.transform.params.response_format import OutputFormat, translate_response_format
 from oaishim.transform.params.tool_choice import plan_tools
 from oaishim.transform.validate import Endpoint, validate
 
@@ -107,6 +109,7 @@ class PreparedRequest:
     tool_check: str | None = None
     parallel_tool_calls: bool = True
     fan_out: int = 1  # n > 1 on a backend that gives one choice: the copies the request goes out as
+    output_format: OutputFormat | None = None  # response_format json_object/json_schema, to check the answer against
 
 
 def _text(content: Any) -> str:
@@ -276,6 +279,7 @@ def rewrite(
     thinking = reasoning_effort.translate(client, out, profile, dropped) if endpoint == "chat" else None
     tool_plan = plan_tools(out, client, profile) if endpoint == "chat" else None
     fan_out = n_param.plan(out, client, profile, endpoint)
+    output_format = translate_response_format(out, profile) if endpoint == "chat" else None
     if profile.request_hooks:
         out = copy.deepcopy(out)  # hooks edit in place, at any depth; the caller's nested data is shared
         for _name, hook in profile.request_hooks:
@@ -303,4 +307,5 @@ def rewrite(
         tool_check=tool_plan.check if tool_plan else None,
         parallel_tool_calls=tool_plan.parallel if tool_plan else True,
         fan_out=fan_out,
+        output_format=output_format,
     )

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oaishim.transform import _parts
+from oaishim.transform import _parts, output_format
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, join_text
@@ -99,6 +99,8 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
         ctx.repairs.add("parallel_calls_dropped")
     if finish != "length" and any(not _parts.is_json(c["function"]["arguments"]) for c in calls):
         ctx.violations.add("tool_arguments_invalid")  # reported (header, log line), never rewritten
+    if ctx.output_format is not None:  # response_format: JSON filed as reasoning moves; the answer is checked
+        text, reasoning = output_format.settle(i, text, reasoning, bool(calls), finish, ctx)
     refusal = _parts.text_or_none(upstream.get("refusal"), f"choices[{i}].message.refusal")
     content = text if isinstance(text, str) and (text or not calls) else None
     if content is None and not calls and refusal is None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from oaishim.transform import _parts
+from oaishim.transform import _parts, output_format
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallStart, Piece, Text, merge
@@ -70,6 +70,7 @@ class _Choice:
     held: str | None = None  # the upstream's finish_reason, sent when the stream really ends
     text_offset: int = 0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # entries not yet sent with a content delta
+    fmt: output_format.Held | None = None  # a response_format request: content to check, reasoning held
 
     def __repr__(self) -> str:
         return f"<choice {self.index} {self.state}>"
@@ -180,7 +181,8 @@ class StreamNormalizer:
         state = self.choices.get(upstream_index)
         if state is None:
             repair = TextRepair(self.ctx.repair) if self.ctx.repair is not None and self.ctx.repair.active else None
-            state = self.choices[upstream_index] = _Choice(-1, repair)
+            fmt = output_format.Held() if self.ctx.output_format is not None and self.ctx.chat else None
+            state = self.choices[upstream_index] = _Choice(-1, repair, fmt=fmt)
         return state
 
     def expect(self, upstream_index: int) -> None:
@@ -248,6 +250,14 @@ class StreamNormalizer:
     def _content(self, state: _Choice, text: str) -> list[Chunk]:
         if not text:
             return []
+        if state.fmt is not None:
+            before, text = state.fmt.feed_content(text)
+            return self._reasoning_now(state, before) + self._content_now(state, text)
+        return self._content_now(state, text)
+
+    def _content_now(self, state: _Choice, text: str) -> list[Chunk]:
+        if not text:
+            return []
         out = self._open(state, "content")
         lp = None
         if self.ctx.logprobs and self.ctx.chat:
@@ -256,6 +266,21 @@ class StreamNormalizer:
         return out
 
     def _reasoning(self, state: _Choice, text: str) -> list[Chunk]:
+        if state.fmt is not None and text:
+            text, content = state.fmt.feed_reasoning(text)
+            return self._reasoning_now(state, text) + self._content_now(state, content)
+        return self._reasoning_now(state, text)
+
+    def _unhold(self, state: _Choice) -> list[Chunk]:
+        """A call or a refusal came: reasoning held back (it might have been the answer) is reasoning."""
+        if state.fmt is None or not state.fmt.holding:
+            return []
+        reasoning, content = state.fmt.release()
+        return self._reasoning_now(state, reasoning) + self._content_now(state, content)
+
+    def _reasoning_now(self, state: _Choice, text: str) -> list[Chunk]:
+        if not text:
+            return []
         fields = _parts.reasoning_fields(text, self.ctx)
         if not fields:
             return []
@@ -291,6 +316,7 @@ class StreamNormalizer:
                     return out + self._finish(state, "stop")
         refusal = delta.get("refusal")
         if refusal is not None and _parts.text_or_none(refusal, "a delta's refusal"):
+            out += self._unhold(state)
             out += self._open(state, "refusal")
             out.append(self._delta(state.index, {"refusal": refusal}))
         calls = delta.get("tool_calls")
@@ -335,6 +361,7 @@ class StreamNormalizer:
                 entry.pending_args += args  # wait for the name: the opening delta must carry it
                 return out
             entry.opened = True
+            out += self._unhold(state)
             out += self._open(state, "tool")
             opening = {
                 "index": entry.index,
@@ -386,6 +413,9 @@ class StreamNormalizer:
                 upstream = "stop"
                 self.stop_seen = True
             self.ctx.repairs.update(state.repair.applied())
+        if state.fmt is not None:  # reasoning held back: the answer (moved to the content) or reasoning
+            reasoning, content = state.fmt.end(any(c.opened for c in state.calls.values()), self.ctx)
+            out += self._reasoning_now(state, reasoning) + self._content_now(state, content)
         if self.ctx.chat and state.state == "waiting":
             out += self._open(state, "content")
         for call in state.made:
@@ -404,6 +434,10 @@ class StreamNormalizer:
                     state.index,
                     bad,
                 )
+        if state.fmt is not None and not made_calls:
+            error = output_format.judge(state.index, state.fmt.text(), reason, self.ctx)
+            if error is not None:  # the profile's policy: the violation ends the stream in place of the finish
+                return [*out, *self.fail(error)]
         state.state = "finished"
         state.finish = reason
         empty: dict[str, Any] = {}
