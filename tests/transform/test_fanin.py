@@ -164,6 +164,38 @@ def test_one_copy_failing_mid_stream_ends_the_stream_with_one_error_event(broken
     assert "CUDA out of memory" in events[-1]["error"]["message"]
 
 
+OVERFLOW = {"error": {"message": "prompt is too long: 9000 > 4096 tokens", "type": "BadRequestError", "code": 400}}
+
+
+@pytest.mark.parametrize("how", ["event", "error line", "body"])
+@pytest.mark.parametrize("refusing", [0, 1])
+def test_a_copy_refusing_before_any_chunk_is_the_answers_status_at_every_split_point(how: str, refusing: int) -> None:
+    """Nothing reached the client: the shell may answer the copy's error as the HTTP status."""
+    raw = {"event": sse(OVERFLOW), "error line": b"error: " + json.dumps(OVERFLOW).encode() + b"\n\n"}.get(
+        how, json.dumps(OVERFLOW).encode()
+    )
+    for cut in range(len(raw) + 1):
+        merger = FanIn(ResponseContext(model="m"), 2, sse=[how != "body" or k != refusing for k in range(2)])
+        out = merger.feed(refusing, raw[:cut]) + merger.feed(refusing, raw[cut:])
+        out += merger.end(refusing)
+        assert merger.ended and merger.refused is not None, cut
+        assert (merger.refused.status, merger.refused.code) == (400, "context_length_exceeded")
+        assert merger.feed(1 - refusing, copy_stream(1 - refusing, TEXTS[0])) == b""
+        assert events_of(out)[-1]["error"]["code"] == "context_length_exceeded"  # the event, where it began
+
+
+@pytest.mark.parametrize("refusing", [0, 1])
+def test_a_copy_refusing_after_another_copys_chunk_stays_the_streams_last_event(refusing: int) -> None:
+    raw = sse(OVERFLOW)
+    begun = sse(chunk(1 - refusing, role="assistant", content="Hel"))
+    for cut in range(len(raw) + 1):
+        merger = FanIn(ResponseContext(model="m"), 2)
+        assert merger.feed(1 - refusing, begun) != b""
+        out = merger.feed(refusing, raw[:cut]) + merger.feed(refusing, raw[cut:])
+        assert merger.ended and merger.refused is None, cut
+        assert events_of(out)[-1]["error"]["code"] == "context_length_exceeded"
+
+
 def test_a_copy_whose_body_ends_before_its_finish_fails_the_stream() -> None:
     merger = FanIn(ResponseContext(model="m"), 2)
     out = merger.feed(0, copy_stream(0, TEXTS[0]))

@@ -145,14 +145,14 @@ def test_plain_json_filed_as_reasoning_becomes_the_content() -> None:
     ctx = context(JSON_SCHEMA)
     choice = plain(ctx, None, "\n" + ANSWER + "\n")
     assert choice["message"]["content"] == ANSWER and "reasoning_content" not in choice["message"]
-    assert ctx.repairs == {"json_from_reasoning"} and ctx.format_violations == []
+    assert ctx.repairs == {"json_from_reasoning"} and ctx.violations == []
 
 
 def test_plain_reasoning_that_is_not_json_stays_reasoning_and_the_empty_answer_is_reported() -> None:
     ctx = context(JSON_SCHEMA)
     choice = plain(ctx, "", "I should name a city.")
     assert choice["message"]["reasoning_content"] == "I should name a city."
-    assert [(i, kind) for i, kind, _ in ctx.format_violations] == [(0, "not_json")]
+    assert [(i, kind) for i, kind, _ in ctx.violations] == [(0, "not_json")]
 
 
 @pytest.mark.parametrize(
@@ -171,13 +171,13 @@ def test_plain_reasoning_that_is_not_json_stays_reasoning_and_the_empty_answer_i
 def test_plain_answers_are_checked(response_format: dict[str, Any], content: str, kind: str | None) -> None:
     ctx = context(response_format)
     assert plain(ctx, content)["message"]["content"] == content  # the answer as the model gave it
-    assert [k for _, k, _ in ctx.format_violations] == ([kind] if kind else [])
+    assert [k for _, k, _ in ctx.violations] == ([kind] if kind else [])
 
 
 def test_a_cut_answer_is_not_a_violation() -> None:
     ctx = context(JSON_SCHEMA)
     assert plain(ctx, '{"city": "Pa', finish="length")["finish_reason"] == "length"
-    assert ctx.format_violations == []
+    assert ctx.violations == []
 
 
 def test_the_error_policy_answers_a_strict_violation_with_an_openai_error() -> None:
@@ -195,7 +195,7 @@ def test_the_error_policy_answers_a_strict_violation_with_an_openai_error() -> N
     # a non-strict schema is a wish: reported, never an error
     loose = context(LOOSE, erroring(get_profile("vllm@0.32")))
     assert plain(loose, '{"city": "Rome"}')["message"]["content"] == '{"city": "Rome"}'
-    assert [k for _, k, _ in loose.format_violations] == ["schema"]
+    assert [k for _, k, _ in loose.violations] == ["schema"]
 
 
 # -- streams, cut everywhere ---------------------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_streams_give_the_same_answer_wherever_the_text_is_cut(
             result, _ = streamed(ctx, events(deltas))
             assert client_view(result) == (content, reasoning), pieces
             assert ctx.repairs == repairs, pieces
-            assert [k for _, k, _ in ctx.format_violations] == violations, pieces
+            assert [k for _, k, _ in ctx.violations] == violations, pieces
     # and the plain answer of the same whole text agrees
     whole: dict[str, str] = {}
     for field, text in parts:
@@ -279,7 +279,7 @@ def test_streams_give_the_same_answer_wherever_the_text_is_cut(
     ctx = context(response_format)
     message = plain(ctx, whole.get("content", ""), whole.get("reasoning"))["message"]
     assert (message["content"], message.get("reasoning_content") or "") == (content, reasoning)
-    assert [k for _, k, _ in ctx.format_violations] == violations
+    assert [k for _, k, _ in ctx.violations] == violations
 
 
 def test_a_streamed_violation_under_the_error_policy_ends_with_the_error_in_place_of_the_finish() -> None:
@@ -294,14 +294,14 @@ def test_a_streamed_violation_under_the_error_policy_ends_with_the_error_in_plac
 def test_a_streamed_cut_answer_and_a_tool_call_are_not_checked() -> None:
     ctx = context(JSON_SCHEMA)
     streamed(ctx, events([{"content": '{"city": "Pa'}], finish="length"))
-    assert ctx.format_violations == []
+    assert ctx.violations == []
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     ctx = context(JSON_SCHEMA, tools=tools)
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     result, _ = streamed(ctx, events([{"reasoning": '{"a": 1}'}, {"tool_calls": [call]}], finish="tool_calls"))
     message = result["choices"][0]["message"]
     assert message["reasoning_content"] == '{"a": 1}' and message["tool_calls"][0]["function"]["name"] == "f"
-    assert ctx.format_violations == [] and ctx.repairs == set()
+    assert ctx.violations == [] and ctx.repairs == set()
 
 
 def test_reasoning_held_back_keeps_its_place_before_the_content() -> None:

@@ -26,6 +26,7 @@ from oaishim.server.asgi import Headers, Message, Scope, Send
 from oaishim.server.config import VirtualKey
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.fanin import FanIn
+from oaishim.transform.output_format import KINDS as FORMAT_KINDS
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.request import PreparedRequest
 from oaishim.wire.errors import OpenAIError
@@ -96,6 +97,7 @@ class Exchange:
         "trace",
         "upstream_fault",
         "upstream_status",
+        "violations_seen",
         "vkey",
         "wall",
     )
@@ -125,6 +127,7 @@ class Exchange:
         self.tokens_out: int | None = None
         self.repairs: list[str] = []
         self.format_violations = 0  # choices whose answer broke the response_format asked for
+        self.violations_seen = False  # what the answer violated was reported (Exchange.violated)
         self.bytes_out = 0
         self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
         self.gone = False  # the client went away before the answer ended
@@ -191,7 +194,7 @@ class Exchange:
         self.added += spent
         self.usage(normalizer.usage)
         self.repaired(sorted(normalizer.ctx.repairs))
-        self.format_broken(normalizer.ctx)
+        self.violated(normalizer.ctx)
         if normalizer.error is not None and self.upstream_fault is None and not self.gone:
             self.upstream_fault = fault_cause(normalizer.error)
         if self.trace is not None:
@@ -204,22 +207,25 @@ class Exchange:
         self.repaired(sorted(ctx.repairs))
         if self.trace is not None:
             self.trace.answered(body)
-        self.format_broken(ctx)
-        if ctx.format_violations:  # the response head is not sent yet: the client sees it
-            kinds = sorted({kind for _, kind, _ in ctx.format_violations})
-            self.headers_out.append((b"x-oaishim-format-violation", ",".join(kinds).encode()))
+        self.violated(ctx)
+        self.headers_out += violation_headers(ctx)  # the response head is not sent yet: the client sees them
 
-    def format_broken(self, ctx: ResponseContext) -> None:
-        """The answer broke its response_format (never a silent pass): logged with the request id and
-        counted (a plain answer also gets ``x-oaishim-format-violation``; a stream's head has gone)."""
-        if not ctx.format_violations or self.format_violations:
+    def violated(self, ctx: ResponseContext) -> None:
+        """What the answer violated and the gateway passed on (never a silent pass), once per request:
+        a log line each naming the request id; a broken response_format counted by the format
+        counter, invalid tool-call arguments with the repairs. Every relay path (one upstream, n
+        fanned out, the Responses API; plain or streamed; an answer or the violation's error) ends here."""
+        if not ctx.violations or self.violations_seen:
             return
-        self.format_violations = len(ctx.format_violations)
-        for index, kind, detail in ctx.format_violations:
+        self.violations_seen = True
+        for index, kind, detail in ctx.violations:
+            what = "response_format" if kind in FORMAT_KINDS else "tool call"
             log.warning(
-                "request %s (%s, model %s): response_format %s violated, choice %d: %s",
-                self.request_id, ctx.response_id, self.model or ctx.model, kind, index, detail,
+                "request %s (%s, model %s): %s %s violated, choice %d: %s; passed on as the backend gave it",
+                self.request_id, ctx.response_id, self.model or ctx.model, what, kind, index, detail,
             )  # fmt: skip
+        self.format_violations = sum(1 for _, kind, _ in ctx.violations if kind in FORMAT_KINDS)
+        self.repaired(sorted({kind for _, kind, _ in ctx.violations if kind not in FORMAT_KINDS}))
 
     def enter(self) -> contextvars.Token[Exchange | None]:
         return _current.set(self)
@@ -227,6 +233,20 @@ class Exchange:
     @staticmethod
     def leave(token: contextvars.Token[Exchange | None]) -> None:
         _current.reset(token)
+
+
+def violation_headers(ctx: ResponseContext) -> Headers:
+    """A plain answer's report of what it violated: ``x-oaishim-format-violation`` (the response_format
+    kinds) and ``x-oaishim-violations`` (the others); a stream's head has gone before they are known."""
+    kinds = sorted({kind for _, kind, _ in ctx.violations})
+    out: Headers = []
+    broken = [kind for kind in kinds if kind in FORMAT_KINDS]
+    if broken:
+        out.append((b"x-oaishim-format-violation", ",".join(broken).encode()))
+    other = [kind for kind in kinds if kind not in FORMAT_KINDS]
+    if other:
+        out.append((b"x-oaishim-violations", ",".join(other).encode()))
+    return out
 
 
 class Trace(Protocol):

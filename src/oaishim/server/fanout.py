@@ -20,7 +20,7 @@ from typing import Any
 
 from oaishim.server.asgi import Headers, Message, Send, send_error, send_json
 from oaishim.server.exchange import current as current_exchange
-from oaishim.server.relay import SSE_HEADERS, read_all
+from oaishim.server.relay import Head, read_all
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.fanin import FanIn, merge_plain
@@ -130,6 +130,7 @@ async def _plain(
     except OpenAIError as error:
         if ex is not None:
             ex.fault(error)
+            ex.violated(ctx)  # an answer that broke its response_format (the error policy)
         await send_error(send, error, extra)
         return
     if ex is not None:
@@ -141,17 +142,19 @@ async def _stream(
     responses: list[UpstreamResponse], ctx: ResponseContext, send: Send, extra: Headers, limit: int
 ) -> None:
     merger = FanIn(ctx, len(responses), sse=[r.content_type == "text/event-stream" for r in responses], max_event=limit)
-    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
-    tail = await pump_all(merger, responses, send, limit, ctx.response_id, ctx.model)
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    head = Head(send, extra)  # the 200 held until the first chunk, as for one upstream
+    tail = await pump_all(merger, responses, head, limit, ctx.response_id, ctx.model)
+    if tail is not None:
+        await head(tail, more=False)
 
 
 async def pump_all(
-    merger: FanIn, responses: list[UpstreamResponse], send: Send, limit: int, rid: str, model: str
-) -> bytes:
+    merger: FanIn, responses: list[UpstreamResponse], head: Head, limit: int, rid: str, model: str
+) -> bytes | None:
     """``relay.pump`` for n bodies: each copy is read by its own task, and what any of them brings is
-    merged and sent as it comes; returns the last bytes for the client. Every copy is closed at the
-    end, also when the client went away."""
+    merged and sent as it comes; returns the last bytes for the client, or None when a copy refused
+    the request before any chunk and the client got that error as the answer (``Head.refuse``).
+    Every copy is closed at the end, also when the client went away."""
     ex = current_exchange()
     if ex is not None:
         ex.stream_open()
@@ -187,9 +190,9 @@ async def pump_all(
             if merger.ended:
                 tail = out
                 break
-            if out:
+            if out and not await head.refuse(merger):
                 first = done if first is None else first
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+                await head(out)
             for copy in merger.closable:  # a stop at the gateway ended that copy: its backend stops now
                 readers[copy].cancel()
                 responses[copy].close()
@@ -204,6 +207,8 @@ async def pump_all(
             response.close()
         if ex is not None:
             ex.streamed(merger, first, spent)
+    if await head.refuse(merger):
+        return None
     return tail
 
 
@@ -246,6 +251,7 @@ async def native_plain(
     except OpenAIError as error:
         if ex is not None:
             ex.fault(error)
+            ex.violated(ctx)  # an answer that broke its response_format (the error policy)
         await send_error(send, error, extra)
         return False
     if ex is not None:

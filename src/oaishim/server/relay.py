@@ -25,6 +25,7 @@ from oaishim.server.config import Settings
 from oaishim.server.exchange import current as current_exchange
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.fanin import FanIn
 from oaishim.transform.pipe import StreamPipe, plain_answer, upstream_too_large
 from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import Endpoint
@@ -68,7 +69,7 @@ async def relay_plain(
     except OpenAIError as error:
         if ex is not None and response.status < 400:
             ex.fault(error)  # a body that cannot be read, or an answer that broke its response_format
-            ex.format_broken(ctx)
+            ex.violated(ctx)
         retry = retry_headers(response.headers) if response.status >= 400 else []
         await send_error(send, error, [*extra, *retry])
         return
@@ -81,27 +82,7 @@ async def relay_plain(
         return
     if ex is not None:
         ex.answered(ctx, out, time.perf_counter() - began)
-    await send_json(send, 200, out, [*extra, *violations(ctx)])
-
-
-def violations(ctx: ResponseContext) -> Headers:
-    """What the answer violated that the gateway reports rather than repairs (a tool call's arguments
-    that are not JSON): a log line naming the request, the kinds counted with the repairs, and the
-    ``x-oaishim-violations`` header for a plain answer (a stream's head is gone by then)."""
-    if not ctx.violations:
-        return []
-    kinds = sorted(ctx.violations)
-    ex = current_exchange()
-    log.warning(
-        "request %s (response %s, model %s): the answer violates %s; passed on as the backend gave it",
-        ex.request_id if ex is not None else "-",
-        ctx.response_id,
-        ctx.model,
-        ", ".join(kinds),
-    )
-    if ex is not None:
-        ex.repaired(kinds)
-    return [(b"x-oaishim-violations", ",".join(kinds).encode())]
+    await send_json(send, 200, out, extra)  # with what it violated (Exchange.answered)
 
 
 def fault(error: OpenAIError) -> None:
@@ -204,7 +185,7 @@ class Head:
             await self.send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self.extra]})
         await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
-    async def refuse(self, pipe: StreamPipe) -> bool:
+    async def refuse(self, pipe: StreamPipe | FanIn) -> bool:
         """The pipe's error as the whole HTTP answer, when it ended before any chunk and nothing was
         sent; whether the client has such an answer."""
         error = pipe.refused
@@ -256,7 +237,6 @@ async def pump(
         response.close()
         if ex is not None:
             ex.streamed(pipe, first, spent)
-        violations(pipe.normalizer.ctx)
     if await head.refuse(pipe):
         return None
     return tail

@@ -333,7 +333,7 @@ class _Turn:
             if response.status < 400:
                 relay.fault(error)
                 if (ex := current()) is not None:
-                    ex.format_broken(ctx)  # an answer that broke its response_format (the error policy)
+                    ex.violated(ctx)  # an answer that broke its response_format (the error policy)
             retry = retry_headers(response.headers) if response.status >= 400 else []
             await send_error(send, error, [*extra, *retry])
             return
@@ -352,7 +352,7 @@ class _Turn:
         ex = current()
         if ex is not None:
             ex.answered(ctx, body, time.perf_counter() - began)
-        await send_json(send, 200, body, [*extra, *relay.violations(ctx)])
+        await send_json(send, 200, body, extra)  # with what it violated (Exchange.answered)
 
     async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
         if response.status >= 400:

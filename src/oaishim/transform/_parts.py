@@ -82,6 +82,9 @@ def finish_reason(upstream: Any, made_calls: bool, ctx: ResponseContext) -> str:
     return "stop"
 
 
+ARGS_INVALID = "tool_arguments_invalid"  # the violation: a tool call's final arguments are not JSON
+
+
 def is_json(text: str) -> bool:
     """``text`` is one whole JSON value (a tool call's final arguments must be)."""
     try:

@@ -24,7 +24,7 @@ Verdict = Literal["met", "unmet", "pass"]  # pass: not for this check to judge (
 
 
 def _scratch(ctx: ResponseContext) -> ResponseContext:
-    return replace(ctx, repairs=set(), violations=set())
+    return replace(ctx, repairs=set(), violations=[])  # what an answer never sent broke is not reported
 
 
 def plain_verdict(check: str | None, status: int, raw: bytes, ctx: ResponseContext) -> Verdict:

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both", "drop"]
 ToolChoiceMode = Literal["none", "auto", "required", "named"]
+# What an answer broke that the gateway reports rather than repairs: (choice index, kind, detail).
+# Kinds: tool_arguments_invalid (a tool call's final arguments are not JSON); not_json, not_object
+# and schema (the content against the response_format asked for, transform.output_format).
+Violation = tuple[int, str, str]
 
 
 @dataclass(slots=True)
@@ -36,13 +40,13 @@ class ResponseContext:
     # -- reasoning_effort (issue 15): thinking was turned off, so no reasoning reaches the client
     thinking_off: bool = False
     # tool_choice / parallel_tool_calls (issue 15): parallel_tool_calls false, so at most one call
-    # reaches the client; and what the answer violated that the gateway reports but cannot repair
-    # (a tool call's arguments that are not JSON), by kind, for a response header and a log line
+    # reaches the client
     one_tool_call: bool = False
-    violations: set[str] = field(default_factory=set)
+    # What the answer violated that the gateway reports but does not repair (invalid tool-call
+    # arguments, a response_format broken): the server's one report of them (server.exchange) gives
+    # the response headers of a plain answer, a log line naming the request, and the counters.
+    violations: list[Violation] = field(default_factory=list)
     output_format: OutputFormat | None = None  # what the answer's content must be (response_format)
-    # Where the final answer broke it: (choice index, kind, detail); kind not_json, not_object or schema.
-    format_violations: list[tuple[int, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.response_id:

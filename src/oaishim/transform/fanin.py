@@ -32,7 +32,7 @@ from oaishim.transform.context import ResponseContext
 from oaishim.transform.encode import ChatSSEEncoder, Encoder
 from oaishim.transform.pipe import DEFAULT_MAX_EVENT, plain_as_chunk, upstream_too_large
 from oaishim.transform.stream import Chunk, StreamNormalizer
-from oaishim.transform.upstream_errors import normalize_upstream_error
+from oaishim.transform.upstream_errors import is_error_body
 from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.sse import EventTooLarge, SSEDecoder
 
@@ -105,8 +105,19 @@ class FanIn:
         self.closable: list[int] = []  # copies ended at the gateway: the shell closes them (then clears this)
         self.close_upstream = False
         self.ended = False
+        self.chunks = 0  # chunks given to the encoder: none yet means the client has seen no answer
         for copy in range(copies):
             self.normalizer.expect(copy)  # each copy brings (at least) its choice 0
+
+    @property
+    def refused(self) -> OpenAIError | None:
+        """The error a copy sent in its stream before the client had any chunk (any copy's), else
+        None: as for one upstream (``StreamPipe.refused``), the shell can still answer it as the
+        HTTP status, the one answer to the whole request."""
+        normalizer = self.normalizer
+        if self.ended and self.chunks == 0 and normalizer.upstream_error:
+            return normalizer.error
+        return None
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, copy: int, piece: bytes) -> bytes:
@@ -142,7 +153,9 @@ class FanIn:
             except orjson.JSONDecodeError:
                 body = None
             self._bodies[copy] = []
-            if isinstance(body, Mapping):
+            if is_error_body(body):  # a 200 whose one body is an error (as StreamPipe reads it)
+                self.normalizer.upstream_failed(body)
+            elif isinstance(body, Mapping):
                 chunks += self._chunk(copy, plain_as_chunk(body))
         else:
             for event in decoder.flush():
@@ -222,6 +235,7 @@ class FanIn:
         return b"".join(out)
 
     def _encode(self, chunks: list[Chunk]) -> bytes:
+        self.chunks += len(chunks)
         out: list[bytes] = []
         for chunk in chunks:
             out += self.encoder.feed(chunk)
@@ -231,7 +245,7 @@ class FanIn:
         """Old llama.cpp sends a failure as an ``error:`` line (see StreamPipe): it fails the stream."""
         for name, value in decoder.unknown_fields:
             if name == "error":
-                self.normalizer.fail(normalize_upstream_error(500, value))
+                self.normalizer.upstream_failed(value)
         decoder.unknown_fields.clear()
 
     def _id(self) -> str:

@@ -15,7 +15,7 @@ Two things happen to a choice:
   is held back while no content has come (:class:`Held`); content, a call or a refusal releases it
   as reasoning; at the finish it is moved when it parses, else sent as reasoning.
 * **A violation** (not JSON, not an object, or rejected by the schema) is noted in
-  ``ctx.format_violations`` — the server turns that into the ``x-oaishim-format-violation`` header
+  ``ctx.violations`` (kinds :data:`KINDS`) — the server turns that into the ``x-oaishim-format-violation`` header
   (plain answers), a log line with the request id and the ``oaishim_response_format_violations``
   counter. With the profile's ``violation: "error"`` a strict format's violation is an OpenAI-shaped
   502 ``response_format_violation`` instead (a stream: that error event in place of the finish).
@@ -33,6 +33,7 @@ from oaishim.transform.params.response_format import OutputFormat
 from oaishim.wire.errors import OpenAIError
 
 MOVED = "json_from_reasoning"
+KINDS = frozenset({"not_json", "not_object", "schema"})  # the violations of a response_format
 _NOT_JSON = object()
 
 
@@ -93,7 +94,7 @@ def judge(index: int, text: str, finish: str | None, ctx: ResponseContext) -> Op
     if found is None:
         return None
     kind, detail = found
-    ctx.format_violations.append((index, kind, detail))
+    ctx.violations.append((index, kind, detail))
     return violation_error(index, detail) if fmt.policy == "error" and fmt.strict else None
 
 

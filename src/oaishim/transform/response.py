@@ -97,8 +97,9 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
     if ctx.one_tool_call and len(calls) > 1:  # parallel_tool_calls false: the first call only
         calls = calls[:1]
         ctx.repairs.add("parallel_calls_dropped")
-    if finish != "length" and any(not _parts.is_json(c["function"]["arguments"]) for c in calls):
-        ctx.violations.add("tool_arguments_invalid")  # reported (header, log line), never rewritten
+    bad = [k for k, c in enumerate(calls) if not _parts.is_json(c["function"]["arguments"])]
+    if bad and finish != "length":  # reported (header, log line), never rewritten
+        ctx.violations.append((i, _parts.ARGS_INVALID, f"tool call(s) {bad}: arguments are not valid JSON"))
     if ctx.output_format is not None:  # response_format: JSON filed as reasoning moves; the answer is checked
         text, reasoning = output_format.settle(i, text, reasoning, bool(calls), finish, ctx)
     refusal = _parts.text_or_none(upstream.get("refusal"), f"choices[{i}].message.refusal")

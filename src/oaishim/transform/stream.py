@@ -426,14 +426,9 @@ class StreamNormalizer:
         reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
         if reason != "length":  # arguments cut by the limit are short, as at OpenAI
             bad = [c.index for c in state.made if c.opened and not _parts.is_json("".join(c.arguments))]
-            if bad:
-                self.ctx.violations.add("tool_arguments_invalid")
-                log.warning(
-                    "stream %s (model %s): choice %d, tool call(s) %s: arguments are not valid JSON (sent as they came)",
-                    *self._where(),
-                    state.index,
-                    bad,
-                )
+            if bad:  # reported (server.exchange logs it with the request id), sent as they came
+                detail = f"tool call(s) {bad}: arguments are not valid JSON"
+                self.ctx.violations.append((state.index, _parts.ARGS_INVALID, detail))
         if state.fmt is not None and not made_calls:
             error = output_format.judge(state.index, state.fmt.text(), reason, self.ctx)
             if error is not None:  # the profile's policy: the violation ends the stream in place of the finish
