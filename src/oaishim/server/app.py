@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -18,7 +17,7 @@ from oaishim.capture.redact import scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import probe_paths, resolve
-from oaishim.server import fanout, forced, relay
+from oaishim.server import relay
 from oaishim.server.access import AccessLog
 from oaishim.server.asgi import (
     AnswerBroken,
@@ -39,19 +38,18 @@ from oaishim.server.asgi import (
 )
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.dispatch import Dispatch
 from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note
 from oaishim.server.limits import limiter_for
 from oaishim.server.metrics import CONTENT_TYPE, Metrics
 from oaishim.server.recording import RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
-from oaishim.server.seam import Upstream, UpstreamResponse
+from oaishim.server.seam import Upstream
 from oaishim.server.seam import header as response_header
 from oaishim.server.tracing import configured as tracing_configured
 from oaishim.server.upstream import Upstreams
-from oaishim.transform.context import ResponseContext
-from oaishim.transform.params.tool_choice import guided_body
 from oaishim.transform.plan import response_context
-from oaishim.transform.request import Endpoint, PreparedRequest, rewrite
+from oaishim.transform.request import Endpoint, rewrite
 from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import validate
 from oaishim.wire.errors import (
@@ -78,7 +76,7 @@ OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/
 UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
 
 
-class Gateway:
+class Gateway(Dispatch):
     def __init__(self, settings: Settings, upstream: Upstream | None = None, *, tracing: Spans | None = None) -> None:
         """``upstream``: what the backends are reached through (the aiohttp client unless given;
         the tests give an in-process one). ``tracing``: the spans' exporter (else as OTEL_* say)."""
@@ -286,157 +284,6 @@ class Gateway:
             upstream.recorder.raw.profile = profile.name
         work = self._exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
         await relay.watching_client(receive, work)
-
-    async def _exchange(
-        self,
-        upstream: Upstream,
-        route: ModelRoute,
-        path: str,
-        endpoint: Endpoint,
-        prepared: PreparedRequest,
-        ctx: ResponseContext,
-        send: Send,
-        extra: Headers,
-        profile: Profile,
-    ) -> None:
-        limit = self.settings.max_upstream_event_bytes
-
-        def open_one(one: PreparedRequest, to: Send) -> Awaitable[UpstreamResponse | None]:
-            return self.open_upstream(upstream, route, path, one, ctx, to, extra, profile)
-
-        ex = current()
-        copies = prepared.fan_out if prepared.fan_out > 1 else prepared.n if route.name in self.n_short else 1
-        if copies > 1:
-            if ex is not None:
-                ex.repaired(("n_fanned_out",))
-            await fanout.fan_out(open_one, prepared, ctx, send, extra, limit, copies)
-            return
-        response = await self.open_upstream(upstream, route, path, prepared, ctx, send, extra, profile)
-        if response is None:
-            return
-        try:
-            if prepared.n > 1 and profile.n_refusal and response.status >= 400:
-                await self._n_refused(open_one, response, prepared, ctx, send, extra, profile.n_refusal)
-            elif prepared.stream:
-                pipe = await relay.relay_stream(response, ctx, send, extra, limit)
-                got = len(pipe.normalizer.choices) if pipe is not None and pipe.normalizer.error is None else 0
-                if 0 < got < prepared.n:  # too late to fan out this one: report it, fan out the next ones
-                    log.warning("model %s: the backend answered %d of n=%d choices", route.name, got, prepared.n)
-                    self._short(route, "n_short")
-            elif prepared.n > 1:
-                if await fanout.native_plain(open_one, response, prepared, ctx, send, extra, limit):
-                    self._short(route, "n_fanned_out")
-            else:
-                await relay.relay_plain(response, ctx, endpoint, send, extra, limit)
-        finally:
-            response.close()
-
-    def _short(self, route: ModelRoute, kind: str) -> None:
-        """The route's backend gave fewer choices than asked although its profile says it honours n."""
-        self.n_short.add(route.name)
-        ex = current()
-        if ex is not None:
-            ex.repaired((kind,))
-
-    async def _n_refused(
-        self,
-        open_one: fanout.Opener,
-        response: UpstreamResponse,
-        prepared: PreparedRequest,
-        ctx: ResponseContext,
-        send: Send,
-        extra: Headers,
-        refusal: str,
-    ) -> None:
-        """An error answer to n > 1: fanned out when it is the profile's refusal of n, else relayed."""
-        limit = self.settings.max_upstream_event_bytes
-        try:
-            raw = await relay.read_all(response, limit)
-        except OpenAIError as failure:
-            await send_error(send, failure, extra)
-            return
-        finally:
-            response.close()
-        if refusal.encode() not in raw:
-            error = normalize_upstream_error(response.status, raw, context_param=ctx.context_param)
-            await send_error(send, error, [*extra, *retry_headers(response.headers)])
-            return
-        log.info("the backend refuses n=%d; fanning out %d requests", prepared.n, prepared.n)
-        ex = current()
-        if ex is not None:
-            ex.repaired(("n_fanned_out",))
-        await fanout.fan_out(open_one, prepared, ctx, send, extra, limit, prepared.n)
-
-    async def open_upstream(
-        self,
-        upstream: Upstream,
-        route: ModelRoute,
-        path: str,
-        prepared: PreparedRequest,
-        ctx: ResponseContext,
-        send: Send,
-        extra: Headers,
-        profile: Profile,
-    ) -> UpstreamResponse | None:
-        """Send the prepared request; None when the client already has its error."""
-        ex = current()
-        if ex is not None:
-            ex.sending()
-        try:
-            response = await upstream.open(route, "POST", path, orjson.dumps(prepared.body))
-        except OpenAIError as failure:
-            if ex is not None:
-                ex.fault(failure)
-            raise
-        body = prepared.body
-        resend = self._resend(prepared, ctx, profile)
-        if response.status == 400 and resend is not None:
-            # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5): the gateway
-            # parses tool calls written as text, so it asks again with "none". A forced choice it
-            # refuses is asked again with its guided decoding forcing one call (ToolChoiceSupport).
-            phrase, body, kind = resend
-            try:
-                raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
-            finally:
-                response.close()
-            if phrase.encode() not in raw:
-                error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
-                await send_error(send, error, [*extra, *retry_headers(response.headers)])
-                return None
-            log.info("model %s: the backend has no tool-call parser; resending (%s)", route.name, kind)
-            if ex is not None:
-                ex.repaired((kind,))
-            response = await upstream.open(route, "POST", path, orjson.dumps(body))
-        if prepared.tool_check is not None:
-            sent = orjson.dumps(body)
-            response = await forced.enforce(
-                response,
-                lambda: upstream.open(route, "POST", path, sent),
-                prepared.tool_check,
-                ctx,
-                prepared.stream,
-                self.settings.max_upstream_event_bytes,
-            )
-        if ex is not None:
-            ex.opened(response.status)
-        return response
-
-    @staticmethod
-    def _resend(
-        prepared: PreparedRequest, ctx: ResponseContext, profile: Profile
-    ) -> tuple[str, dict[str, Any], str] | None:
-        """(the phrase of the refusal, the body to send instead, the repair's kind) for a tool
-        choice the backend may refuse for want of a tool-call parser; None when there is none."""
-        if ctx.repair is None or not ctx.repair.tools:
-            return None
-        if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
-            return profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent"
-        refusal = profile.tool_choice.refusal
-        if refusal and prepared.tool_choice != "auto" and prepared.body.get("tool_choice") == prepared.tool_choice:
-            guided = guided_body(prepared.body, prepared.tool_choice, profile)
-            if guided is not None:
-                return refusal, guided, "tool_choice_guided"
-        return None
 
     async def _names(self) -> list[str]:
         """The model names clients may use: the routes', and a wildcard backend's own."""
