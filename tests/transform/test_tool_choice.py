@@ -39,8 +39,24 @@ def test_llamacpp_named_choice_offers_only_that_tool_under_required() -> None:
     body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
     assert body["tool_choice"] == "required"
     assert [t["function"]["name"] for t in body["tools"]] == ["get_time"]
-    assert prepared.tool_check is None  # llama.cpp's grammar forces it
+    assert prepared.tool_check == "get_time"  # llama.cpp's grammar may not hold (L-30): checked
     assert "named_choice_as_required" in prepared.repairs
+
+
+@pytest.mark.parametrize("profile", ["llamacpp@b9174", "llamacpp@b8000"])
+def test_llamacpp_required_is_sent_as_it_is_and_checked(profile: str) -> None:
+    body, prepared = sent(profile, tool_choice="required")
+    assert body["tool_choice"] == "required" and len(body["tools"]) == 2
+    assert prepared.tool_check == ""
+
+
+def test_llamacpp_second_try_forces_one_call_with_its_json_schema_field() -> None:
+    body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
+    guided = guided_body(body, prepared.tool_choice, get_profile("llamacpp@b9174"))
+    assert guided is not None and guided["tool_choice"] == "none"
+    schema = guided["json_schema"]  # the schema itself: llama.cpp's native field
+    assert schema["properties"]["name"] == {"type": "string", "enum": ["get_time"]}
+    assert schema["required"] == ["name", "arguments"]
 
 
 def test_llamacpp_is_told_parallel_calls_are_allowed_when_the_client_left_it_out() -> None:
