@@ -147,7 +147,7 @@ def test_llamacpp_text_under_required_is_asked_again_with_json_schema_and_read_a
     assert finish == ("tool_calls" if choice == "required" else "stop")  # OpenAI's finish for a named choice is stop
     first, second = (json.loads(s.body) for s in fake.seen)
     assert first["tool_choice"] == "required" and "json_schema" not in first
-    assert second["tool_choice"] == "none"
+    assert second["tool_choice"] == "none" and second["chat_template_kwargs"] == {"enable_thinking": False}
     assert second["json_schema"]["properties"]["name"]["enum"] == ["get_weather"]
 
 

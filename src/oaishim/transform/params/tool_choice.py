@@ -121,7 +121,7 @@ def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[
     (``verify``), or None when the profile has no guided decoding to force it with."""
     field = profile.tool_choice.guided
     tools = body.get("tools")
-    if field is None or not isinstance(tools, list) or field in body:
+    if field is None or not isinstance(tools, list):
         return None
     name = forced_name(choice)
     offered = [t for t in tools if isinstance(t, Mapping) and forced_name(t) is not None]
@@ -132,4 +132,14 @@ def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[
     schemas = [_call_schema(t) for t in offered]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     key = profile.tool_choice.guided_key
-    return {**body, "tool_choice": "none", field: {key: schema} if key else schema}
+    # the forced answer is a call, not text: a response format's grammar (the same field on some
+    # backends) gives way to the call's
+    out = {k: v for k, v in body.items() if k != "response_format"}
+    out.update({"tool_choice": "none", field: {key: schema} if key else schema})
+    switch = profile.reasoning_effort_in.switch
+    if profile.structured_output.after_reasoning and switch:
+        # the grammar waits for the reasoning to end, which a model may never do (measured: the tiny
+        # model opens <think> in a third of the answers); the client's own entries win
+        given = body.get("chat_template_kwargs")
+        out["chat_template_kwargs"] = {**dict.fromkeys(switch, False), **(given if isinstance(given, Mapping) else {})}
+    return out
