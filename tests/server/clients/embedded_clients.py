@@ -280,9 +280,8 @@ def llamaindex(base: str) -> dict[str, Callable[[], None]]:
         text_arrived(response.message.content, response.raw.choices[0].finish_reason)
 
     def stream_chat() -> None:
-        last: Any = None
-        for last in llm(SHORT).stream_chat([ChatMessage(role="user", content="Hi there")]):
-            pass
+        chunks = list(llm(SHORT).stream_chat([ChatMessage(role="user", content="Hi there")]))
+        last: Any = chunks[-1] if chunks else None
         expect(last is not None, "no chunk")
         text_arrived(last.message.content or "", last.raw.choices[0].finish_reason)
 
