@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _fake import BASE, FakeUpstream, _call
 from _servers import Canned
 
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.wire.accumulate import accumulate_chat
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CALL = (FIXTURES / "ollama" / "chat-nonstream-tool-calls.json").read_bytes()
@@ -94,6 +96,59 @@ def test_vllm_refusing_required_for_want_of_a_parser_is_asked_with_its_guided_de
     assert reply.json()["choices"][0]["message"]["content"] is None
     resent = json.loads(fake.seen[1].body)
     assert resent["tool_choice"] == "none" and "json" in resent["structured_outputs"]
+
+
+def llamacpp_text(stream: bool) -> Canned:
+    """What the tiny model's llama.cpp answered under ``required`` (L-30): text, no call."""
+    if not stream:
+        message = {"role": "assistant", "content": "junk words"}
+        body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": message, "finish_reason": "length"}]}  # fmt: skip
+        return Canned(json.dumps(body).encode())
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    parts = [{"role": "assistant", "content": None}, {"content": "junk"}, {"content": " words"}]
+    events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in parts]
+    events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    return sse(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+
+
+def llamacpp_json(stream: bool) -> Canned:
+    """llama.cpp's answer under its ``json_schema`` grammar: the call as JSON, free whitespace and all."""
+    text = '{\n  "name"\n :"get_weather", "arguments":\t{"city": "Paris"}\n}'
+    if not stream:
+        message = {"role": "assistant", "content": text}
+        body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
+        return Canned(json.dumps(body).encode())
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    deltas = [{"role": "assistant", "content": None}, *({"content": text[i : i + 5]} for i in range(0, len(text), 5))]
+    events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return sse(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_llamacpp_text_under_required_is_asked_again_with_json_schema_and_read_as_the_call(
+    stream: bool, choice: Any
+) -> None:
+    app, fake = gateway("llamacpp@b9174", llamacpp_text(stream), llamacpp_json(stream))
+    reply = post(app, {**ASK, "tool_choice": choice, "stream": stream})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    if stream:
+        events = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
+        message = accumulate_chat(events)["choices"][0]["message"]
+        finish = events[-1]["choices"][0]["finish_reason"]
+    else:
+        message, finish = reply.json()["choices"][0]["message"], reply.json()["choices"][0]["finish_reason"]
+    (call,) = message["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("get_weather", {"city": "Paris"})
+    assert not message.get("content")  # nothing of the first answer
+    assert finish == ("tool_calls" if choice == "required" else "stop")  # OpenAI's finish for a named choice is stop
+    first, second = (json.loads(s.body) for s in fake.seen)
+    assert first["tool_choice"] == "required" and "json_schema" not in first
+    assert second["tool_choice"] == "none" and second["chat_template_kwargs"] == {"enable_thinking": False}
+    assert second["json_schema"]["properties"]["name"]["enum"] == ["get_weather"]
 
 
 def test_invalid_arguments_get_a_header_on_a_plain_answer() -> None:

@@ -38,8 +38,37 @@ def test_llamacpp_named_choice_offers_only_that_tool_under_required() -> None:
     body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
     assert body["tool_choice"] == "required"
     assert [t["function"]["name"] for t in body["tools"]] == ["get_time"]
-    assert prepared.tool_check is None  # llama.cpp's grammar forces it
+    assert prepared.tool_check == "get_time"  # llama.cpp's grammar may not hold (L-30): checked
     assert "named_choice_as_required" in prepared.repairs
+
+
+@pytest.mark.parametrize("profile", ["llamacpp@b9174", "llamacpp@b8000"])
+def test_llamacpp_required_is_sent_as_it_is_and_checked(profile: str) -> None:
+    body, prepared = sent(profile, tool_choice="required")
+    assert body["tool_choice"] == "required" and len(body["tools"]) == 2
+    assert prepared.tool_check == ""
+
+
+def test_llamacpp_second_try_forces_one_call_with_its_json_schema_field() -> None:
+    body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
+    guided = guided_body(body, prepared.tool_choice, get_profile("llamacpp@b9174"))
+    assert guided is not None and guided["tool_choice"] == "none"
+    schema = guided["json_schema"]  # the schema itself: llama.cpp's native field
+    assert schema["properties"]["name"] == {"type": "string", "enum": ["get_time"]}
+    assert schema["required"] == ["name", "arguments"]
+    # its grammar waits for the reasoning to end: the forced call is asked with thinking off
+    assert guided["chat_template_kwargs"] == {"enable_thinking": False}
+    mine = guided_body({**body, "chat_template_kwargs": {"enable_thinking": True}}, NAMED, get_profile("llamacpp"))
+    assert mine is not None and mine["chat_template_kwargs"] == {"enable_thinking": True}  # the client's own win
+
+
+@pytest.mark.parametrize("profile", ["llamacpp@b9174", "llamacpp@b8000"])
+def test_a_forced_call_beside_a_response_format_is_guided_by_the_call_schema(profile: str) -> None:
+    text_format = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}
+    body, prepared = sent(profile, tool_choice=NAMED, response_format=text_format)
+    guided = guided_body(body, prepared.tool_choice, get_profile(profile))
+    assert guided is not None and "response_format" not in guided
+    assert guided["json_schema"]["properties"]["name"]["enum"] == ["get_time"]
 
 
 def test_llamacpp_is_told_parallel_calls_are_allowed_when_the_client_left_it_out() -> None:

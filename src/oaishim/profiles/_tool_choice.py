@@ -14,6 +14,12 @@ A forced choice (``"required"``, or a named function) reaches the backend one of
 ``--tool-call-parser``); the gateway then resends the request with ``tool_choice: "none"`` and
 ``guided`` (the request field the backend reads a JSON schema from, ``{"json": schema}``) set to the
 schema of one call, and reads the JSON the model writes as that call.
+
+``verify``: the backend's own enforcement may not hold, so the answer is checked all the same, and the
+second try is the guided request above (where ``guided`` is set) instead of the same one: llama.cpp's
+``required`` grammar is lazy on some templates (L-30) and waits for the model to open a call, which a
+model may never do. ``guided_key``: the guided field holds ``{guided_key: schema}`` (vLLM's
+``structured_outputs: {json: …}``), or the schema itself when None (llama.cpp's ``json_schema``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class ToolChoiceSupport:
     named: ForcedWay = "native"
     refusal: str | None = None
     guided: str | None = None
+    guided_key: str | None = "json"
+    verify: bool = False
     none_hides_tools: bool = False  # tool_choice "none": tools (and the choice) are not sent at all
     parallel_default: bool = True  # the backend's own default for parallel_tool_calls
 

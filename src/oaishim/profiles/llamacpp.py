@@ -37,8 +37,11 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     answers (``{}``, the schema's object with free whitespace). With a template that opens ``<think>``
     the grammar waits for ``</think>`` (the probe's tiny model never writes it).
   * L-20 usage only with ``stream_options.include_usage``; ``{}`` does not turn it on (§6).
-  * tool_choice / parallel_tool_calls (issue 15): ``required`` is enforced by llama.cpp's grammar
-    (``common/chat.cpp`` ``common_chat_tool_choice_parse_oaicompat``, L-3); a named choice is read as
+  * tool_choice / parallel_tool_calls (issue 15): ``required`` is llama.cpp's grammar (``common/chat.cpp``
+    ``common_chat_tool_choice_parse_oaicompat``, L-3), lazy on some templates (L-30: the tiny model's
+    Qwen-style one gives text under ``required``), so the answer is checked and, without the call, asked
+    again with ``tool_choice: "none"`` and ``json_schema`` forcing one call (with ``none`` the grammar is
+    allowed beside tools), its JSON read back as the call; a named choice is read as
     ``auto`` (L-2), so the gateway offers only the named function under ``required``. ``parallel_tool_calls``
     defaults to false there (L-3): a request that leaves it out is sent ``true``, OpenAI's default.
     ``none``: the tools are not sent.
@@ -80,6 +83,16 @@ from oaishim.profiles._tool_choice import ToolChoiceSupport
 # enable_thinking is read from chat_template_kwargs by every build that has it (L-19); older ones ignore it (L-1)
 _THINKING = ReasoningEffortIn(switch=("enable_thinking",), native_off=False)
 
+# required is llama.cpp's grammar, lazy on some templates (L-30): checked, then asked with json_schema forcing one call
+_TOOL_CHOICE = ToolChoiceSupport(
+    named="required",
+    none_hides_tools=True,
+    parallel_default=False,
+    verify=True,
+    guided="json_schema",
+    guided_key=None,
+)
+
 BEFORE_B9174 = Profile(
     name="llamacpp",
     version="<b9174",
@@ -97,7 +110,7 @@ BEFORE_B9174 = Profile(
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
     reasoning_effort_in=_THINKING,
-    tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
+    tool_choice=_TOOL_CHOICE,
     n_choices="fan_out",
     structured_output=StructuredOutput(via="native_json_schema", strict_ignored=True, after_reasoning=True),
 )
@@ -119,7 +132,7 @@ FROM_B9174 = Profile(
     reasoning_out=("reasoning_content",),
     server_header="llama.cpp",
     reasoning_effort_in=_THINKING,
-    tool_choice=ToolChoiceSupport(named="required", none_hides_tools=True, parallel_default=False),
+    tool_choice=_TOOL_CHOICE,
     n_choices="fan_out",
     structured_output=StructuredOutput(object_schema=True, strict_ignored=True, after_reasoning=True),
 )

@@ -159,7 +159,7 @@ class Dispatch:
                 ex.repaired((kind,))
             response = await upstream.open(route, "POST", path, orjson.dumps(body))
         if prepared.tool_check is not None:
-            sent = orjson.dumps(body)
+            sent = orjson.dumps(self._second_try(prepared, body, profile))
             response = await forced.enforce(
                 response,
                 lambda: upstream.open(route, "POST", path, sent),
@@ -171,6 +171,16 @@ class Dispatch:
         if ex is not None:
             ex.opened(response.status)
         return response
+
+    @staticmethod
+    def _second_try(prepared: PreparedRequest, body: dict[str, Any], profile: Profile) -> dict[str, Any]:
+        """What a forced choice is asked with when the first answer lacks the call: the same request,
+        or, where the backend's own forcing may not hold (``verify``), its guided decoding forcing one call."""
+        if profile.tool_choice.verify:
+            guided = guided_body(body, prepared.tool_choice, profile)
+            if guided is not None:
+                return guided
+        return body
 
     @staticmethod
     def _resend(

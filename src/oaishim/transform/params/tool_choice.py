@@ -19,6 +19,8 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
   ``guided_body`` resends with ``tool_choice: "none"`` and the JSON schema of one call in the
   backend's guided-decoding field; the model's JSON is then read back as that call (the Llama-3 JSON
   format of ``transform.toolcalls``, which is gated on the offered tool names).
+* A backend whose own forcing may not hold (``verify``: llama.cpp's lazy ``required`` grammar, L-30):
+  the choice is sent as the backend takes it and the answer checked; the second try is ``guided_body``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     elif choice == "required" and support.required == "retry":
         out["tool_choice"] = "auto"
         check = ""
+    if check is None and support.verify and (name is not None or choice == "required"):
+        check = name or ""
     if check is not None:
         repairs.append("tool_choice_checked")
     return ToolPlan(check, parallel, tuple(repairs))
@@ -113,11 +117,11 @@ def _call_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[str, Any] | None:
-    """The request to resend after the backend refused ``choice`` (a forced one), or None when the
-    profile has no guided decoding to force it with."""
+    """The request to resend after the backend refused ``choice`` (a forced one) or ignored it
+    (``verify``), or None when the profile has no guided decoding to force it with."""
     field = profile.tool_choice.guided
     tools = body.get("tools")
-    if field is None or not isinstance(tools, list) or field in body:
+    if field is None or not isinstance(tools, list):
         return None
     name = forced_name(choice)
     offered = [t for t in tools if isinstance(t, Mapping) and forced_name(t) is not None]
@@ -127,4 +131,15 @@ def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[
         return None
     schemas = [_call_schema(t) for t in offered]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    return {**body, "tool_choice": "none", field: {"json": schema}}
+    key = profile.tool_choice.guided_key
+    # the forced answer is a call, not text: a response format's grammar (the same field on some
+    # backends) gives way to the call's
+    out = {k: v for k, v in body.items() if k != "response_format"}
+    out.update({"tool_choice": "none", field: {key: schema} if key else schema})
+    switch = profile.reasoning_effort_in.switch
+    if profile.structured_output.after_reasoning and switch:
+        # the grammar waits for the reasoning to end, which a model may never do (measured: the tiny
+        # model opens <think> in a third of the answers); the client's own entries win
+        given = body.get("chat_template_kwargs")
+        out["chat_template_kwargs"] = {**dict.fromkeys(switch, False), **(given if isinstance(given, Mapping) else {})}
+    return out
