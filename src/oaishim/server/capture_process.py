@@ -14,7 +14,8 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
   buffer fills, the thread's writes wait, the deque fills and ``submit`` drops and counts (the
   ``oaishim_capture_dropped`` metric, a log line at 1, 2, 4, … drops): a record is never lost
   silently. The writer keeps the sum of every worker's drops in the index, as the thread writer does.
-* The checker's budget (``CheckBudget``) is half a core of the writer process: past it, records are
+* The checker's budget (``CheckBudget``) is a tenth of the usable cores (at most half a core) of the
+  writer process, which runs at a lower priority than the serving ones: past it, records are
   written unchecked (``findings: null``) rather than dropped; ``oaishim inspect`` checks them.
 * Shutdown: the workers stop first and flush their queues; the writer then reads every connection
   to its end, commits, and exits.
@@ -35,15 +36,19 @@ import time
 from collections import deque
 from pathlib import Path
 
-from oaishim.capture.raw import RawExchange
+from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
 from oaishim.server.asgi import Scope
 from oaishim.server.config import Settings
+from oaishim.server.knobs import usable_cores
 from oaishim.server.recording import CheckBudget, Recorder, Recording, gateway_check_options
 from oaishim.server.workers import die_with_parent
 
 log = logging.getLogger("oaishim.capture")
 FRAME = struct.Struct("!I")
-WRITER_CHECK_SHARE = 0.5  # of one core, in the writer process
+# The checker's share of one core in the writer process: a tenth of the cores this gateway may use,
+# at most half a core (on 2 cores the serving process needs the other one under load)
+WRITER_CHECK_SHARE = min(0.5, 0.1 * usable_cores())
+WRITER_NICE = 10  # a lower CPU priority than the serving processes'
 STOP_WAIT = 30.0  # seconds the writer waits for its connections to end once asked to stop
 
 
@@ -117,7 +122,7 @@ class RemoteWriter:
         frames: list[bytes] = []
         count = len(self.queue)
         for _ in range(count):
-            payload = pickle.dumps((self.dropped, self.queue.popleft()), pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((self.dropped, to_tuple(self.queue.popleft())), pickle.HIGHEST_PROTOCOL)
             frames += (FRAME.pack(len(payload)), payload)
             time.sleep(0)  # hand the GIL to the event loop if it waits, between exchanges
         if not frames and self.dropped == self._sent_dropped:
@@ -228,6 +233,8 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent orders the stop
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    with contextlib.suppress(OSError):
+        os.nice(WRITER_NICE)  # the serving processes first when the cores are all busy
     writer = recording.writer
     writer.open_index()
     selector = selectors.DefaultSelector()
@@ -282,7 +289,8 @@ def _frames(buffer: bytearray) -> list[tuple[int, RawExchange | None]]:
         if len(buffer) - start - FRAME.size < size:
             break
         body = bytes(buffer[start + FRAME.size : start + FRAME.size + size])
-        out.append(pickle.loads(body))  # from this gateway's own workers, through a 0700 folder
+        dropped, exchange = pickle.loads(body)  # from this gateway's own workers, through a 0700 folder
+        out.append((dropped, from_tuple(exchange) if exchange is not None else None))
         start += FRAME.size + size
     del buffer[:start]
     return out
