@@ -243,3 +243,22 @@ def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend:
     assert len(chats) == sent
     assert len(CaptureReader(folder).entries()) == len(records)  # the index has them too
     assert all(r["client"]["response"]["complete"] and r["error"] is None for r in chats)
+
+
+def test_a_capture_folder_that_cannot_be_written_stops_the_start(tmp_path: Path, backend: Replayer) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with serve(tmp_path, backend.url, "--workers", "2", "--capture", str(blocked / "capture")) as served:
+        assert served.process.wait(30) == 1
+        assert "cannot start" in served.log.read_text()
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_status_1(tmp_path: Path, backend: Replayer) -> None:
+    # the store is opened in each worker's startup: this one cannot be, so no worker ever serves
+    with serve(tmp_path, backend.url, "--workers", "2", "--state", "nosuch://store") as served:
+        assert served.process.wait(30) == 1
+        log = served.log.read_text()
+        assert "unknown response store scheme" in log
+        assert "right after its start; stopping" in log
+        with pytest.raises(ConnectionRefusedError):  # no worker was left behind, listening
+            served.call("GET", "/health")

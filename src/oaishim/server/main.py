@@ -143,5 +143,8 @@ def serve(settings: Settings, *, log_level: str = "info") -> int:
 
         try:
             return Supervisor(settings.workers, worker, helper=helper).run()
+        except OSError as exc:  # the capture folder cannot be written, the capture socket not made
+            log.error("cannot start: %s", exc)
+            return 1
         finally:
             listener.close()
