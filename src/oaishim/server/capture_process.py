@@ -24,6 +24,7 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import pickle
@@ -242,6 +243,7 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
     buffers: dict[socket.socket, bytearray] = {}
     drops: dict[int, int] = {}  # connection number: the last count its worker sent (kept after it ends)
     numbers: dict[socket.socket, int] = {}
+    counter = itertools.count()
     deadline = None
     while True:
         wrote = False
@@ -252,7 +254,7 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
                 conn, _ = listener.accept()
                 selector.register(conn, selectors.EVENT_READ)
                 buffers[conn] = bytearray()
-                numbers[conn] = len(numbers) + len(drops)
+                numbers[conn] = next(counter)
                 continue
             data = sock.recv(1 << 20)
             if not data:

@@ -95,6 +95,10 @@ class Cluster:
                 return await asyncio.wait_for(reader.read(), PEER_TIMEOUT)
             finally:
                 writer.close()
+        except ConnectionRefusedError:  # nobody listens there: a worker killed outright, since replaced
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return None
         except (TimeoutError, OSError) as exc:
             log.warning("metrics: worker socket %s did not answer (%s)", path.name, type(exc).__name__)
             return None
