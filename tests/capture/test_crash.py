@@ -10,7 +10,8 @@ SIGKILL (after about 1 s); 20 streams are still running. Afterwards:
 * every stored exchange is whole: complete on both sides, and its client body is byte for byte what
   that client received;
 * every exchange a client saw end at least ``LAG`` before the kill is stored (the writer keeps
-  up; only what was in flight, or queued in the last moments, may be lost);
+  up; only what was in flight, or queued in the last moments, may be lost): the serving worker
+  dies with the gateway's parent, and the capture process writes what had reached it, then exits;
 * a new writer on the same folder indexes what the dead one had not committed.
 """
 
@@ -43,6 +44,20 @@ STREAMS = 50
 STEP_MS = 40.0
 KILL_AFTER = 30  # finished streams
 LAG = 0.4  # seconds the writer may need to get a finished exchange on disk (it needs ~0.1 s here)
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                found.add(int(entry.name))
+    return found
 
 
 def client_request(i: int) -> dict[str, object]:
@@ -115,12 +130,18 @@ async def storm(url: str, process: subprocess.Popen[bytes]) -> tuple[dict[int, t
 def test_kill_9_during_50_streams_leaves_every_finished_exchange_intact(mock_backend: str, tmp_path: Path) -> None:
     capture = tmp_path / "capture"
     process, url = start_gateway(mock_backend, capture, tmp_path / "gateway.log")
+    helpers = children(process.pid)  # the serving worker and the capture process
     try:
         finished, killed = asyncio.run(storm(url, process))
     finally:
         process.kill()
         process.wait()
     assert process.returncode == -signal.SIGKILL
+    # the worker dies with the gateway's parent; the capture process writes what reached it, then exits
+    deadline = time.monotonic() + 20
+    while any(Path(f"/proc/{pid}").exists() for pid in helpers):
+        assert time.monotonic() < deadline, "the gateway's processes outlived it"
+        time.sleep(0.05)
     assert KILL_AFTER <= len(finished) < STREAMS, "the kill should land while streams are still running"
 
     reader = CaptureReader(capture)

@@ -327,6 +327,7 @@ LIMITS = {  # setting: (flag value, environment value, file value)
     "ctx_size": (32768, "16384", 8192),
     "threads": (3, "2", 4),
     "parallel": (4, "3", 5),
+    "workers": (3, "2", 5),
 }
 
 

@@ -106,8 +106,7 @@ class CaptureWriter:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> CaptureWriter:
-        private_dir(self.directory)
-        self._open_files()  # in the caller's thread, so a folder that cannot be written fails at once
+        self.open_files()  # in the caller's thread, so a folder that cannot be written fails at once
         self._thread = threading.Thread(target=self._run, name="oaishim-capture-writer", daemon=True)
         self._thread.start()
         return self
@@ -124,7 +123,8 @@ class CaptureWriter:
         log.info("capture: %d exchange(s) written, %d dropped, %d failed", self.written, self.dropped, self.failed)
 
     # -- the writer thread ---------------------------------------------------------------------------
-    def _open_files(self) -> None:
+    def open_files(self) -> None:
+        private_dir(self.directory)
         existing = capture_files(self.directory)
         self._number = (number_of(existing[-1]) or 1) if existing else 1
         self._open_current()
@@ -149,23 +149,42 @@ class CaptureWriter:
         self._size += len(data)
 
     def _run(self) -> None:
-        self._index = Index(self.directory / INDEX_NAME, create=True)
-        reindex(self._index, self.directory)
-        if self.warm_up is not None:
-            self.warm_up()
+        self.open_index()
         try:
             while True:
                 stopping = self._stop.wait(self.interval)
                 for _ in range(len(self.queue)):  # what is there now: under load the index still commits
                     self._record(self.queue.popleft())
                     time.sleep(0)  # hand the GIL to the event loop if it waits, between records
-                self._index.set_meta("dropped", str(self.dropped))
-                self._index.commit()
+                self.commit()
                 if stopping:
                     return
         finally:
+            self.finish()
+
+    # -- driven by a caller of its own (the capture process, server.capture_process) ----------------
+    def open_index(self) -> None:
+        """Open the index (indexing what an earlier crash left unindexed) and warm the checker up."""
+        self._index = Index(self.directory / INDEX_NAME, create=True)
+        reindex(self._index, self.directory)
+        if self.warm_up is not None:
+            self.warm_up()
+
+    def write(self, exchange: RawExchange) -> None:
+        """Build, append and index one exchange now (committed by the next :meth:`commit`)."""
+        self._record(exchange)
+
+    def commit(self) -> None:
+        assert self._index is not None
+        self._index.set_meta("dropped", str(self.dropped))
+        self._index.commit()
+
+    def finish(self) -> None:
+        if self._index is not None:
             self._index.set_meta("dropped", str(self.dropped))
             self._index.close()
+            self._index = None
+        if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 

@@ -105,6 +105,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--upstream-api-key", help="the key sent to the backend (the client's is never forwarded)")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8000)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="serving processes sharing the port, each with its own upstream pool; 0 for one per usable core "
+        "(default 1)",
+    )
     p.add_argument("--config", type=Path, help="a TOML or YAML file with settings and models")
     p.add_argument("--keep-extensions", action="store_true", default=None, help="keep the backend's extra fields")
     p.add_argument("--reasoning-field", help="reasoning_content|reasoning|both|drop (default reasoning_content)")
@@ -233,6 +240,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             upstream_api_key=args.upstream_api_key,
             host=args.host,
             port=args.port,
+            workers=args.workers,
             config=args.config,
             keep_extensions=args.keep_extensions,
             reasoning_field=args.reasoning_field,
@@ -263,8 +271,8 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     if settings.models:
         print(f"oaishim gateway on http://{settings.host}:{settings.port}/v1", flush=True)
-        serve(settings, log_level=args.log_level)
-        return 0
+        code: int | None = serve(settings, log_level=args.log_level)
+        return code or 0
     return _serve_embedded(args, settings, serve)
 
 
@@ -294,10 +302,10 @@ def _serve_embedded(args: argparse.Namespace, settings: Any, serve: Any) -> int:
             settings, models=(route,), special_tokens=settings.special_tokens or engine.special
         )
         print(f"oaishim gateway on http://{settings.host}:{settings.port}/v1 (model {alias!r}, llama.cpp)", flush=True)
-        serve(settings, log_level=args.log_level)
+        code: int | None = serve(settings, log_level=args.log_level)
     finally:
-        engine.server.stop()
-    return 0
+        engine.server.stop()  # once, in the parent: the engine is shared by every worker
+    return code or 0
 
 
 def build_parser() -> argparse.ArgumentParser:

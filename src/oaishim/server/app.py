@@ -37,12 +37,14 @@ from oaishim.server.asgi import (
     send_json,
 )
 from oaishim.server.auth import KeyRing
+from oaishim.server.capture_process import RemoteRecording
+from oaishim.server.cluster import Cluster
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.dispatch import Dispatch
 from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note
 from oaishim.server.limits import limiter_for
 from oaishim.server.metrics import CONTENT_TYPE, Metrics
-from oaishim.server.recording import RecordingUpstream, recording_for
+from oaishim.server.recording import Recording, RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
 from oaishim.server.seam import Upstream
 from oaishim.server.seam import header as response_header
@@ -77,17 +79,29 @@ UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
 
 
 class Gateway(Dispatch):
-    def __init__(self, settings: Settings, upstream: Upstream | None = None, *, tracing: Spans | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: Upstream | None = None,
+        *,
+        tracing: Spans | None = None,
+        cluster: Cluster | None = None,
+    ) -> None:
         """``upstream``: what the backends are reached through (the aiohttp client unless given;
-        the tests give an in-process one). ``tracing``: the spans' exporter (else as OTEL_* say)."""
+        the tests give an in-process one). ``tracing``: the spans' exporter (else as OTEL_* say).
+        ``cluster``: what this process shares with the gateway's other processes (server.cluster:
+        the capture process, the workers' limits and metrics)."""
         self.settings = settings
+        self.cluster = cluster
         self.keys = KeyRing(settings.api_keys, settings.virtual_keys)
-        self.limiter = limiter_for(settings.limits, settings.virtual_keys)  # None: no key has a limit
+        buckets = cluster.buckets if cluster is not None else None
+        self.limiter = limiter_for(settings.limits, settings.virtual_keys, buckets)  # None: no key has a limit
         self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
         self.n_short: set[str] = set()  # routes whose "native" backend answered fewer than n choices
         self.started = int(time.time())
-        self.recording = recording_for(settings)  # None unless --capture DIR
+        remote = cluster.recording() if cluster is not None else None
+        self.recording: Recording | RemoteRecording | None = remote or recording_for(settings)  # --capture DIR
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).
@@ -111,8 +125,12 @@ class Gateway(Dispatch):
             self.recording.start()
         await self.upstreams.start()
         await self.responses.startup()
+        if self.cluster is not None:
+            await self.cluster.start(self.metrics.render)
 
     async def shutdown(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.close()
         if self.limiter is not None:
             await self.limiter.close()
         await self.responses.shutdown()
@@ -207,13 +225,16 @@ class Gateway(Dispatch):
         ex.path = path
         if path == "/health" and method == "GET":
             ex.endpoint = "health"
-            await send_json(send, 200, {"status": "ok"})
+            await send_json(send, 200, {"status": "ok"}, self.cluster.health_headers() if self.cluster else ())
             return
         if path == "/metrics" and method == "GET":
             ex.endpoint = "metrics"
             if not self.metrics_key.allows(header(scope, b"authorization")):
                 raise unauthorized()
-            await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
+            page = self.metrics.render()
+            if self.cluster is not None:
+                page = await self.cluster.metrics_page(page)
+            await send_bytes(send, 200, page, CONTENT_TYPE)
             return
         known, vkey = self.keys.identify(header(scope, b"authorization"), header(scope, b"api-key"))
         if not known:

@@ -80,6 +80,8 @@ class Settings:
     models: tuple[ModelRoute, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8000
+    # serving processes sharing the listening socket (server.workers): 1 unless asked, see the README
+    workers: int = 1
     api_keys: tuple[str, ...] = ()
     keep_extensions: bool = False
     reasoning_field: ReasoningField = "reasoning_content"
@@ -266,6 +268,13 @@ def build_settings(
         raise ConfigError(
             "state: a PostgreSQL store is shared by replicas, which must share the key that seals "
             "encrypted_content: set --state-secret (OAISHIM_STATE_SECRET, state_secret) to the same value on each"
+        )
+    if values.get("workers", 1) > 1 and values.get("state") == "memory":
+        # each process would hold its own store: a response created through one worker would be
+        # unknown to the next request, which may reach another
+        raise ConfigError(
+            "state: a memory store is not shared between worker processes; with --workers above 1 use an "
+            "SQLite file (the default) or postgresql://…"
         )
     return Settings(**values)
 

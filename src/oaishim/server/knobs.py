@@ -193,6 +193,20 @@ def _metrics_key(value: Any, name: str) -> str:
     return value.strip()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def _workers(value: Any, name: str) -> int:
+    """Serving processes; 0 stands for one per usable core."""
+    number: int = _number(value, name, int, 0, 1024)
+    return number or usable_cores()
+
+
 def _limits(value: Any, name: str) -> str | None:
     """Where the virtual keys' limits are counted: memory (this process) or redis://…, rediss://…"""
     text = value.strip() if isinstance(value, str) else ""
@@ -215,6 +229,7 @@ class Knob:
 KNOBS: dict[str, Knob] = {
     "host": Knob(_text),
     "port": Knob(_numeric(int, 0, 65535)),
+    "workers": Knob(_workers),  # serving processes (server.workers)
     "keep_extensions": Knob(_bool),
     "reasoning_field": Knob(_reasoning_field),
     "text_repair": Knob(_bool),

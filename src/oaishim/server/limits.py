@@ -179,8 +179,8 @@ class RedisBuckets:
 class Limiter:
     """The limits of every virtual key: in Redis when configured, else (or while Redis is away) here."""
 
-    def __init__(self, redis_url: str | None) -> None:
-        self.local = LocalBuckets()
+    def __init__(self, redis_url: str | None, local: LocalBuckets | None = None) -> None:
+        self.local = local or LocalBuckets()  # the workers' shared buckets under --workers N
         self.shared = RedisBuckets(redis_url) if redis_url else None
         self._local_until = 0.0
 
@@ -224,8 +224,8 @@ class Limiter:
             await self.shared.close()
 
 
-def limiter_for(url: str | None, keys: tuple[VirtualKey, ...]) -> Limiter | None:
+def limiter_for(url: str | None, keys: tuple[VirtualKey, ...], local: LocalBuckets | None = None) -> Limiter | None:
     """None when no key has a limit (nothing to count)."""
     if not any(k.rpm or k.tpm for k in keys):
         return None
-    return Limiter(url)
+    return Limiter(url, local)

@@ -6,13 +6,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import resource
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from oaishim.server.app import Gateway
+from oaishim.server.capture_process import CaptureProcess
+from oaishim.server.cluster import Cluster
 from oaishim.server.config import Settings
 from oaishim.server.http import HttpLimits, protocol_class
+from oaishim.server.shared_limits import SharedBuckets
+from oaishim.server.workers import Listener, Supervisor
 
 log = logging.getLogger("oaishim.server")
 # File descriptors kept beside the client connections: the listening socket, logs, capture files,
@@ -95,5 +101,50 @@ def run_asgi(
     uvicorn.Server(config).run()
 
 
-def serve(settings: Settings, *, log_level: str = "info") -> None:
-    run_asgi(Gateway(settings), settings.host, settings.port, log_level, limits=limits_for(settings))
+def serve(settings: Settings, *, log_level: str = "info") -> int:
+    """Serve until stopped; the exit status. One process unless ``--workers`` or ``--capture``
+    asks for more (server.workers, server.capture_process)."""
+    if settings.workers <= 1 and settings.capture_dir is None:
+        run_asgi(Gateway(settings), settings.host, settings.port, log_level, limits=limits_for(settings))
+        return 0
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    limits = fit_connections(limits_for(settings))
+    with tempfile.TemporaryDirectory(prefix="oaishim-") as run:  # 0700: the processes' sockets
+        run_dir = Path(run)
+        try:
+            listener = Listener(settings.host, settings.port)
+        except OSError as exc:
+            log.error("cannot listen on %s:%d: %s", settings.host, settings.port, exc.strerror or exc)
+            return 1
+        settings = dataclasses.replace(settings, port=listener.port)
+        limited = tuple(k for k in settings.virtual_keys if k.rpm or k.tpm)
+        buckets = (
+            SharedBuckets(settings.virtual_keys, run_dir / "limits.lock") if limited and settings.workers > 1 else None
+        )
+        cluster = Cluster(run_dir, settings.workers, buckets=buckets)
+        helper = None
+        if settings.capture_dir is not None:
+            capture = CaptureProcess(settings, run_dir / "capture.sock")
+            cluster.capture = capture.address
+
+            def start_capture() -> int:
+                capture.start()
+                return capture.pid
+
+            helper = (start_capture, capture.stop)
+
+        def worker() -> int:
+            sock = listener.for_worker()
+            gateway = Gateway(settings, cluster=cluster)  # here: each worker has its own upstream pool
+            config = uvicorn_config(gateway, settings.host, listener.port, limits, log_level=log_level)
+            server = uvicorn.Server(config)
+            server.run(sockets=[sock])
+            return 0 if server.started else 3
+
+        try:
+            return Supervisor(settings.workers, worker, helper=helper).run()
+        except OSError as exc:  # the capture folder cannot be written, the capture socket not made
+            log.error("cannot start: %s", exc)
+            return 1
+        finally:
+            listener.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 from oaishim.capture.build import build_record, warm_up
 from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
@@ -27,10 +28,16 @@ from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamRespo
 now = time.perf_counter_ns
 
 
+class Submit(Protocol):
+    """Where a finished exchange goes: the writer thread, or the capture process (server.capture_process)."""
+
+    def submit(self, exchange: RawExchange) -> bool: ...
+
+
 class Recorder:
     __slots__ = ("_writer", "raw")
 
-    def __init__(self, writer: CaptureWriter, scope: Scope, mode: Mode) -> None:
+    def __init__(self, writer: Submit, scope: Scope, mode: Mode) -> None:
         self._writer = writer
         t0 = now()
         query = scope.get("query_string", b"")

