@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from _fake import BASE, FakeUpstream, _call
+from _responses import calls, events, final
 from _servers import Canned
 
 from oaishim.server.app import Gateway
@@ -24,6 +25,9 @@ CALL = (FIXTURES / "ollama" / "chat-nonstream-tool-calls.json").read_bytes()
 CALL_STREAM = (FIXTURES / "ollama" / "chat-stream-tool-calls.sse").read_bytes()
 TEXT = (FIXTURES / "ollama" / "chat-nonstream.json").read_bytes()
 TEXT_STREAM = (FIXTURES / "ollama" / "chat-stream.sse").read_bytes()
+# Ollama ignores a named choice and parallel_tool_calls (O-1, O-2): get_weather first, then get_time
+BOTH = (FIXTURES / "ollama" / "chat-nonstream-tool-calls-unforced.json").read_bytes()
+BOTH_STREAM = (FIXTURES / "ollama" / "chat-stream-tool-calls-unforced.sse").read_bytes()
 REFUSED = (FIXTURES / "recorded" / "vllm-0.32-cpu" / "s1_tools_required.body").read_bytes()
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
@@ -157,3 +161,65 @@ def test_invalid_arguments_get_a_header_on_a_plain_answer() -> None:
     app, _ = gateway("ollama", Canned(json.dumps(bad).encode()))
     reply = post(app, ASK)
     assert reply.status == 200 and reply.headers["x-oaishim-violations"] == "tool_arguments_invalid"
+
+
+# -- a named choice Ollama did not keep to: the model called another function as well ------------------
+
+TWO_TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("get_weather", "get_time")
+]
+NAMED = {"model": "m", "messages": [{"role": "user", "content": "What time is it in Paris?"}], "tools": TWO_TOOLS}
+NAMED |= {"tool_choice": {"type": "function", "function": {"name": "get_time"}}, "parallel_tool_calls": False}
+
+
+def repaired(app: Gateway, kind: str) -> float:
+    line = f'oaishim_repairs_total{{kind="{kind}"}} '
+    return sum(float(x.rsplit(" ", 1)[1]) for x in app.metrics.render().decode().splitlines() if x.startswith(line))
+
+
+def test_ollama_plain_answer_with_another_call_first_gives_the_named_call_without_asking_again() -> None:
+    app, fake = gateway("ollama", Canned(BOTH))
+    reply = post(app, NAMED)
+    assert reply.status == 200 and len(fake.seen) == 1, reply.body
+    (choice,) = reply.json()["choices"]
+    (only,) = choice["message"]["tool_calls"]
+    assert (only["function"]["name"], json.loads(only["function"]["arguments"])) == ("get_time", {"city": "Paris"})
+    assert repaired(app, "unnamed_calls_dropped") == 1 and repaired(app, "tool_choice_retried") == 0
+
+
+def test_ollama_stream_with_another_call_first_gives_the_named_call_without_asking_again() -> None:
+    app, fake = gateway("ollama", sse(BOTH_STREAM))
+    reply = post(app, {**NAMED, "stream": True})
+    assert reply.status == 200 and len(fake.seen) == 1, reply.body
+    events = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
+    deltas = [t for e in events for c in e["choices"] for t in c["delta"].get("tool_calls", [])]
+    assert [(d["index"], d["function"].get("name")) for d in deltas] == [(0, "get_time"), (0, None)]
+    assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == {"city": "Paris"}
+    assert repaired(app, "unnamed_calls_dropped") == 1 and repaired(app, "tool_choice_retried") == 0
+
+
+def responses_request(stream: bool) -> dict[str, Any]:
+    tools = [{"type": "function", "name": n, "parameters": {"type": "object"}} for n in ("get_weather", "get_time")]
+    return {
+        "model": "m",
+        "input": "What time is it in Paris?",
+        "tools": tools,
+        "tool_choice": {"type": "function", "name": "get_time"},
+        "parallel_tool_calls": False,
+        "stream": stream,
+    }
+
+
+def test_responses_named_choice_gives_only_the_named_call_plain_and_streamed() -> None:
+    for stream, answer in ((False, Canned(BOTH)), (True, sse(BOTH_STREAM))):
+        app, fake = gateway("ollama", answer)
+        body = json.dumps(responses_request(stream)).encode()
+        reply = asyncio.run(_call(app, "POST", "/v1/responses", body, {}))
+        assert reply.status == 200 and len(fake.seen) == 1, reply.body
+        response = final(reply.body) if stream else reply.json()
+        (only,) = calls(response)
+        assert (only["name"], json.loads(only["arguments"])) == ("get_time", {"city": "Paris"}), stream
+        if stream:  # the events name one item, at output index 0
+            added = [e for e in events(reply.body) if e["type"] == "response.output_item.added"]
+            assert [(e["output_index"], e["item"]["name"]) for e in added] == [(0, "get_time")]
+            assert {e["output_index"] for e in events(reply.body) if "output_index" in e} == {0}

@@ -4,19 +4,23 @@ profile sends, the decision on an answer, and the stream's tool-call repairs at 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_late_finish import client_chunks, every_split, relay
 
 from oaishim.profiles import get_profile
+from oaishim.server.config import Settings
 from oaishim.transform.choice_watch import ChoiceWatch, plain_verdict
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.params.tool_choice import guided_body, satisfied
 from oaishim.transform.pipe import plain_answer
+from oaishim.transform.plan import response_context
 from oaishim.transform.request import prepare
 from oaishim.wire.accumulate import accumulate_chat
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WEATHER = {
     "type": "function",
     "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
@@ -270,3 +274,96 @@ def test_stream_verdict_comes_as_soon_as_the_call_begins_at_every_split_point() 
     text = sse({"content": "no call"}, finish="stop")
     assert [watch.feed(p) for p in every_split(text)[5]] == [None, None]
     assert watch.end() == "unmet"  # decided when the body ends
+
+
+# -- a named choice the backend did not enforce: only calls of that function reach the client ---------
+
+# Another function first, then the named one; each shape the backends stream calls in
+UNFORCED = {
+    "ids": ALL_AT_ZERO,
+    "no-ids": NO_IDS,
+    # the named call's name comes after its first fragment (held until the name is known)
+    "late-name": sse(
+        call(0, '{"city": "Paris"}', "get_weather", "u1"),
+        call(1, "{", None, "u2"),
+        call(1, "", "get_time"),
+        call(1, "}"),
+    ),
+    # the dropped call's name comes late: its fragment before the name must not leak as text
+    "late-dropped-name": sse(
+        call(0, '{"city": ', None, "u1"), call(0, '"Paris"}', "get_weather"), call(1, "{}", "get_time", "u2")
+    ),
+    "ollama": (FIXTURES / "ollama" / "chat-stream-tool-calls-unforced.sse").read_bytes(),
+}
+TIME_ARGS = {"ids": {}, "no-ids": {}, "late-name": {}, "late-dropped-name": {}, "ollama": {"city": "Paris"}}
+
+
+def named(parallel: bool) -> ResponseContext:
+    """The context the gateway plans for a named get_time choice on a backend that does not force it."""
+    body = {**BASE, "tool_choice": NAMED, "parallel_tool_calls": parallel}
+    return response_context("chat", prepare("chat", body, get_profile("ollama")), Settings())
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["parallel-false", "parallel-true"])
+@pytest.mark.parametrize("shape", list(UNFORCED))
+def test_named_choice_lets_only_calls_of_that_function_through_at_every_split_point(shape: str, parallel: bool) -> None:
+    for pieces in every_split(UNFORCED[shape]):
+        ctx = named(parallel)
+        chunks = client_chunks(relay(pieces, ctx))
+        deltas = tool_deltas(chunks)
+        assert [(d["index"], d["id"], d["function"]["name"]) for d in deltas if "id" in d] == [
+            (0, deltas[0]["id"], "get_time")
+        ], pieces
+        assert all(d["index"] == 0 and "id" not in d and "name" not in d["function"] for d in deltas[1:])
+        (choice,) = accumulate_chat(chunks)["choices"]
+        (only,) = choice["message"]["tool_calls"]
+        assert json.loads(only["function"]["arguments"]) == TIME_ARGS[shape]
+        assert (
+            choice["message"]["content"] is None and choice["finish_reason"] == "stop"
+        )  # as OpenAI for a named choice
+        assert ctx.repairs == {"unnamed_calls_dropped"} and ctx.violations == []
+
+
+def test_named_choice_keeps_every_call_of_it_numbered_without_gaps_at_every_split_point() -> None:
+    raw = sse(
+        call(0, "{}", "get_time", "u1"),
+        call(1, '{"city": "Paris"}', "get_weather", "u2"),
+        call(2, "{}", "get_time", "u3"),
+    )
+    for pieces in every_split(raw):
+        ctx = named(True)
+        deltas = tool_deltas(client_chunks(relay(pieces, ctx)))
+        firsts = [d for d in deltas if "id" in d]
+        assert [(d["index"], d["function"]["name"]) for d in firsts] == [(0, "get_time"), (1, "get_time")], pieces
+        assert len({d["id"] for d in firsts}) == 2
+        ctx = named(False)  # parallel_tool_calls false as well: the first call of it only
+        deltas = tool_deltas(client_chunks(relay(pieces, ctx)))
+        assert [(d["index"], d["function"]["name"]) for d in deltas if "id" in d] == [(0, "get_time")]
+        assert ctx.repairs == {"unnamed_calls_dropped", "parallel_calls_dropped"}
+
+
+@pytest.mark.parametrize("shape", list(UNFORCED))
+def test_the_choice_watch_sees_the_named_call_the_client_gets_at_every_split_point(shape: str) -> None:
+    raw = UNFORCED[shape]
+    for pieces in every_split(raw):
+        ctx = named(False)
+        watch = ChoiceWatch("get_time", ctx, sse=True, max_event=1 << 20)
+        verdicts = [watch.feed(p) for p in pieces]
+        assert "met" in verdicts or watch.end() == "met", pieces
+        assert ctx.repairs == set()  # judged on a copy
+
+
+def test_plain_answer_under_a_named_choice_keeps_only_that_function() -> None:
+    raw = (FIXTURES / "ollama" / "chat-nonstream-tool-calls-unforced.json").read_bytes()
+    for parallel in (False, True):
+        ctx = named(parallel)
+        assert plain_verdict("get_time", 200, raw, ctx) == "met"
+        (choice,) = plain_answer("chat", 200, raw, ctx)["choices"]
+        (only,) = choice["message"]["tool_calls"]
+        assert only["function"]["name"] == "get_time" and json.loads(only["function"]["arguments"]) == {"city": "Paris"}
+        assert choice["message"]["content"] is None and choice["finish_reason"] == "stop"
+        assert ctx.repairs == {"unnamed_calls_dropped"}
+    ctx = named(True)  # calls of the named function only: nothing dropped, both kept
+    both = plain(("get_time", "{}"), ("get_time", '{"city": "Paris"}'))
+    assert len(plain_answer("chat", 200, both, ctx)["choices"][0]["message"]["tool_calls"]) == 2
+    assert ctx.repairs == set()

@@ -47,6 +47,9 @@ class ResponseContext:
     # the response headers of a plain answer, a log line naming the request, and the counters.
     violations: list[Violation] = field(default_factory=list)
     output_format: OutputFormat | None = None  # what the answer's content must be (response_format)
+    # tool_choice naming a function (issue 15): the only function whose calls reach the client, as at
+    # OpenAI; a backend that does not enforce the choice may call others too
+    forced_tool: str | None = None
 
     def __post_init__(self) -> None:
         if not self.response_id:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from oaishim.transform.context import ReasoningField, ResponseContext, ToolChoiceMode
+from oaishim.transform.params.tool_choice import forced_name
 from oaishim.transform.repair import RepairPlan, plan_tool_names
 from oaishim.transform.request import Endpoint, PreparedRequest
 from oaishim.transform.special import SpecialTokens
@@ -77,4 +78,5 @@ def response_context(
         thinking_off=prepared.thinking.off,
         one_tool_call=chat and not prepared.parallel_tool_calls,
         output_format=prepared.output_format,
+        forced_tool=forced_name(prepared.tool_choice) if chat and prepared.tools_offered else None,
     )

@@ -94,6 +94,9 @@ def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
         reasoning += join_text(pieces, "reasoning")
         calls += _repaired_calls(pieces)
         finish = "stop" if stopped else finish
+    if ctx.forced_tool is not None and any(c["function"]["name"] != ctx.forced_tool for c in calls):
+        calls = [c for c in calls if c["function"]["name"] == ctx.forced_tool]  # a named choice: its calls only
+        ctx.repairs.add("unnamed_calls_dropped")
     if ctx.one_tool_call and len(calls) > 1:  # parallel_tool_calls false: the first call only
         calls = calls[:1]
         ctx.repairs.add("parallel_calls_dropped")

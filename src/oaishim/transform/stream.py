@@ -47,14 +47,16 @@ log = logging.getLogger("oaishim.stream")
 
 @dataclass(slots=True)
 class _Call:
-    index: int
     id: str
     upstream_id: str | None = None
+    index: int = -1  # the client's index, given once the name says the call is kept
     name: str | None = None
     opened: bool = False
     pending_args: str = ""
-    arguments: list[str] = field(default_factory=list)  # every fragment sent, to check the whole is JSON
-    dropped: bool = False  # a second call under parallel_tool_calls false: nothing of it is sent
+    arguments: list[str] = field(default_factory=list)  # every fragment, to check the whole is JSON
+    # not for the client (another function than a named tool_choice, or a second call under
+    # parallel_tool_calls false): nothing of it is sent
+    dropped: bool = False
 
 
 @dataclass(slots=True)
@@ -343,18 +345,15 @@ class StreamNormalizer:
     def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[Chunk]:
         entry = state.calls.get(key)
         if entry is None or _starts_another(entry, upstream_id, name):
-            entry = state.calls[key] = _Call(len(state.made), call_id(upstream_id), upstream_id or None)
+            entry = state.calls[key] = _Call(call_id(upstream_id), upstream_id or None)
             state.made.append(entry)
-            if self.ctx.one_tool_call and entry.index > 0:
-                # parallel_tool_calls false: the client gets the first call only (the backend made more)
-                entry.dropped = True
-                self.ctx.repairs.add("parallel_calls_dropped")
-        if entry.dropped:
-            return []
         if entry.name is None and name:
             entry.name = name
+            self._keep_or_drop(state, entry)
         if args:
             entry.arguments.append(args)
+        if entry.dropped:
+            return []
         out: list[Chunk] = []
         if not entry.opened:
             if entry.name is None:
@@ -376,6 +375,23 @@ class StreamNormalizer:
                 self._delta(state.index, {"tool_calls": [{"index": entry.index, "function": {"arguments": args}}]})
             )
         return out
+
+    def _keep_or_drop(self, state: _Choice, entry: _Call) -> None:
+        """Decided when the call's name is known (it may come after the first fragments, which wait):
+        under a named tool_choice only calls of that function reach the client, under
+        parallel_tool_calls false only the first kept one; the kept ones are numbered 0, 1, ... with
+        no gap where one was dropped."""
+        kept = sum(1 for c in state.made if c.index >= 0)
+        if self.ctx.forced_tool is not None and entry.name != self.ctx.forced_tool:
+            entry.dropped = True
+            self.ctx.repairs.add("unnamed_calls_dropped")
+        elif self.ctx.one_tool_call and kept:
+            entry.dropped = True
+            self.ctx.repairs.add("parallel_calls_dropped")
+        else:
+            entry.index = kept
+        if entry.dropped:
+            entry.pending_args = ""
 
     def _text(self, state: _Choice, choice: Mapping[str, Any]) -> list[Chunk]:
         text = choice.get("text")
@@ -517,7 +533,7 @@ def _starts_another(entry: _Call, upstream_id: Any, name: str | None) -> bool:
     which streams at the choice's index, V-22)."""
     if isinstance(upstream_id, str) and upstream_id and entry.upstream_id and upstream_id != entry.upstream_id:
         return True
-    return bool(name and entry.opened and entry.arguments and _parts.is_json("".join(entry.arguments)))
+    return bool(name and entry.name and entry.arguments and _parts.is_json("".join(entry.arguments)))
 
 
 def _legacy_finish(upstream: Any) -> str:

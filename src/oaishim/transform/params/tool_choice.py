@@ -15,6 +15,9 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
 * ``parallel_tool_calls`` left out means ``true`` (the official default): a backend whose default is
   ``false`` (llama.cpp, L-3) is sent ``true``. ``false`` is sent as it is, and the response side keeps
   at most one call whatever the backend did (``ResponseContext.one_tool_call``).
+* Under a named choice the response side lets only calls of that function through
+  (``ResponseContext.forced_tool``), as OpenAI never answers another; so a backend that also called
+  another function first still satisfies the check, with the named call the one kept.
 * The fallback for a backend that refuses a forced choice outright (vLLM without a tool parser, V-5):
   ``guided_body`` resends with ``tool_choice: "none"`` and the JSON schema of one call in the
   backend's guided-decoding field; the model's JSON is then read back as that call (the Llama-3 JSON
