@@ -14,38 +14,21 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from oaishim.server.exchange import current
-from oaishim.server.seam import RawHeaders, SentRequest, UpstreamResponse
+from oaishim.server.seam import ResponseWrapper, UpstreamResponse
 from oaishim.transform.choice_watch import ChoiceWatch, Verdict, plain_verdict, unmet
 from oaishim.transform.context import ResponseContext
 
 log = logging.getLogger("oaishim.gateway")
 
 
-class Replayed:
+class Replayed(ResponseWrapper):
     """An upstream response whose first pieces were already read: they come again, then the rest."""
 
+    __slots__ = ("held", "rest")
+
     def __init__(self, inner: UpstreamResponse, held: list[bytes], rest: AsyncIterator[bytes] | None) -> None:
-        self.inner, self.held, self.rest = inner, held, rest
-
-    @property
-    def status(self) -> int:
-        return self.inner.status
-
-    @property
-    def headers(self) -> RawHeaders:
-        return self.inner.headers
-
-    @property
-    def content_type(self) -> str:
-        return self.inner.content_type
-
-    @property
-    def content_length(self) -> int | None:
-        return self.inner.content_length
-
-    @property
-    def request(self) -> SentRequest:
-        return self.inner.request
+        super().__init__(inner)
+        self.held, self.rest = held, rest
 
     async def pieces(self) -> AsyncIterator[bytes]:
         held, self.held = self.held, []
@@ -54,9 +37,6 @@ class Replayed:
         if self.rest is not None:
             async for piece in self.rest:
                 yield piece
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 async def _judge(

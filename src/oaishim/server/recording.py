@@ -23,7 +23,7 @@ from oaishim.capture.store import CaptureWriter
 from oaishim.check import CheckOptions
 from oaishim.server.asgi import Message, Receive, Scope, Send
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse
+from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
 
 now = time.perf_counter_ns
 
@@ -99,20 +99,15 @@ class Recorder:
         self._writer.submit(self.raw)
 
 
-class RecordingUpstream:
+class RecordingUpstream(UpstreamWrapper):
     """An upstream (any ``server.seam.Upstream``) whose requests, response heads and body pieces one
     :class:`Recorder` notes as they pass."""
 
-    __slots__ = ("inner", "recorder")
+    __slots__ = ("recorder",)
 
     def __init__(self, inner: Upstream, recorder: Recorder) -> None:
-        self.inner, self.recorder = inner, recorder
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def close(self) -> None:
-        await self.inner.close()
+        super().__init__(inner)
+        self.recorder = recorder
 
     async def open(
         self,
@@ -129,31 +124,12 @@ class RecordingUpstream:
         return RecordingResponse(response, self.recorder, opened)
 
 
-class RecordingResponse:
-    __slots__ = ("inner", "opened", "recorder")
+class RecordingResponse(ResponseWrapper):
+    __slots__ = ("opened", "recorder")
 
     def __init__(self, inner: UpstreamResponse, recorder: Recorder, opened: RawResponse | None = None) -> None:
-        self.inner, self.recorder, self.opened = inner, recorder, opened
-
-    @property
-    def status(self) -> int:
-        return self.inner.status
-
-    @property
-    def headers(self) -> RawHeaders:
-        return self.inner.headers
-
-    @property
-    def content_type(self) -> str:
-        return self.inner.content_type
-
-    @property
-    def content_length(self) -> int | None:
-        return self.inner.content_length
-
-    @property
-    def request(self) -> SentRequest:
-        return self.inner.request
+        super().__init__(inner)
+        self.recorder, self.opened = recorder, opened
 
     async def pieces(self) -> AsyncIterator[bytes]:
         read, opened = self.recorder.upstream_read, self.opened
@@ -161,9 +137,6 @@ class RecordingResponse:
             read(piece, opened)
             yield piece
         read(b"", opened)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class CheckBudget:

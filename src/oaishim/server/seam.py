@@ -6,7 +6,8 @@ an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of
 ``close``. Every failure of the exchange is an :class:`~oaishim.wire.errors.OpenAIError` (no replica
 reachable, a deadline passed, the connection broke mid-body), so nothing above the seam knows the
 HTTP client. Implementations: the aiohttp client (``server.upstream.Upstreams``), the recording
-wrapper (``server.recording.RecordingUpstream``) around any of them, and the tests' in-process fake.
+wrapper (``server.recording.RecordingUpstream``) and the tracing one around any of them (both on
+:class:`UpstreamWrapper` and :class:`ResponseWrapper`), and the tests' in-process fake.
 """
 
 from __future__ import annotations
@@ -79,6 +80,58 @@ class Upstream(Protocol):
         ``path`` is an origin-form target sent as it is; ``headers``, when given, replace the
         gateway's own (the capture proxy forwards the client's)."""
         ...
+
+
+class ResponseWrapper:
+    """Base of the seam's response wrappers (recording, tracing, the forced choice's replay): the
+    head is the inner response's; a wrapper overrides ``pieces`` or ``close`` for what it adds."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: UpstreamResponse) -> None:
+        self.inner = inner
+
+    @property
+    def status(self) -> int:
+        return self.inner.status
+
+    @property
+    def headers(self) -> RawHeaders:
+        return self.inner.headers
+
+    @property
+    def content_type(self) -> str:
+        return self.inner.content_type
+
+    @property
+    def content_length(self) -> int | None:
+        return self.inner.content_length
+
+    @property
+    def request(self) -> SentRequest:
+        return self.inner.request
+
+    def pieces(self) -> AsyncIterator[bytes]:
+        return self.inner.pieces()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class UpstreamWrapper:
+    """Base of the seam's upstream wrappers: ``start`` and ``close`` are the inner upstream's; a
+    wrapper defines ``open``."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Upstream) -> None:
+        self.inner = inner
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 def header(response: UpstreamResponse, name: bytes) -> str | None:

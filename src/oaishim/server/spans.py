@@ -37,7 +37,7 @@ from oaishim.server import gen_ai_messages as messages
 from oaishim.server.asgi import Scope
 from oaishim.server.config import ModelRoute
 from oaishim.server.exchange import Exchange, current
-from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse
+from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse, UpstreamWrapper
 from oaishim.transform.fanin import FanIn
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.request import PreparedRequest
@@ -252,17 +252,14 @@ def _failed(span: Span, error: OpenAIError) -> None:
     span.set_status(Status(StatusCode.ERROR, error.message))
 
 
-class TracedUpstream:
+class TracedUpstream(UpstreamWrapper):
     """The seam's ``Upstream`` with a CLIENT span around each backend call (head to body's end)."""
 
+    __slots__ = ("owner",)
+
     def __init__(self, inner: Upstream, owner: Spans) -> None:
-        self.inner, self.owner = inner, owner
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def close(self) -> None:
-        await self.inner.close()
+        super().__init__(inner)
+        self.owner = owner
 
     async def open(
         self,
