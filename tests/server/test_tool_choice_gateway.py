@@ -155,6 +155,30 @@ def test_llamacpp_text_under_required_is_asked_again_with_json_schema_and_read_a
     assert second["json_schema"]["properties"]["name"]["enum"] == ["get_weather"]
 
 
+def llamacpp_unparsed() -> Canned:
+    """llama.cpp's 500 when the call the model began does not parse (L-31), in its error shape."""
+    message = "The model produced output that does not match the expected peg-native format"
+    return Canned(json.dumps({"error": {"code": 500, "message": message, "type": "server_error"}}).encode(), 500)
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_llamacpp_unparsed_call_is_asked_again_with_json_schema(choice: Any) -> None:
+    app, fake = gateway("llamacpp@b9174", llamacpp_unparsed(), llamacpp_json(False))
+    reply = post(app, {**ASK, "tool_choice": choice})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("get_weather", {"city": "Paris"})
+    assert json.loads(fake.seen[1].body)["tool_choice"] == "none"
+
+
+def test_llamacpp_other_server_errors_pass_through_unretried() -> None:
+    failure = {"error": {"code": 500, "message": "slot unavailable", "type": "server_error"}}
+    app, fake = gateway("llamacpp@b9174", Canned(json.dumps(failure).encode(), 500))
+    reply = post(app, {**ASK, "tool_choice": "required"})
+    assert reply.status == 500 and len(fake.seen) == 1
+    assert reply.json()["error"]["message"] == "slot unavailable"
+
+
 def test_invalid_arguments_get_a_header_on_a_plain_answer() -> None:
     bad = json.loads(CALL)
     bad["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = '{"city": "Par'

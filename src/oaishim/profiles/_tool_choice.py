@@ -20,6 +20,10 @@ second try is the guided request above (where ``guided`` is set) instead of the 
 ``required`` grammar is lazy on some templates (L-30) and waits for the model to open a call, which a
 model may never do. ``guided_key``: the guided field holds ``{guided_key: schema}`` (vLLM's
 ``structured_outputs: {json: …}``), or the schema itself when None (llama.cpp's ``json_schema``).
+
+``unparsed``: a phrase of the backend's 500 when what the model wrote under a forced choice did not
+parse as the template's call format (llama.cpp, L-31): no call came back, so the answer is judged as one
+without the call (asked once more), not passed on as a server fault.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class ToolChoiceSupport:
     guided: str | None = None
     guided_key: str | None = "json"
     verify: bool = False
+    unparsed: str | None = None
     none_hides_tools: bool = False  # tool_choice "none": tools (and the choice) are not sent at all
     parallel_default: bool = True  # the backend's own default for parallel_tool_calls
 

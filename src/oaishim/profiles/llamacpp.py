@@ -44,7 +44,8 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     allowed beside tools), its JSON read back as the call; a named choice is read as
     ``auto`` (L-2), so the gateway offers only the named function under ``required``. ``parallel_tool_calls``
     defaults to false there (L-3): a request that leaves it out is sent ``true``, OpenAI's default.
-    ``none``: the tools are not sent.
+    ``none``: the tools are not sent. A call the model began but that does not parse is llama.cpp's 500
+    (L-31): judged as an answer without the call, so asked again as above.
 Response side (fixed by the generic normaliser): L-12 first delta ``content: null``; L-13 ``created``
 per result (old builds: id per chunk, #5876); L-16 ``timings``, ``system_fingerprint`` = build;
 L-17 no ``logprobs`` key unless asked; L-18 tool-call ids without ``call_``; L-21/L-22 logprobs with
@@ -89,6 +90,7 @@ _TOOL_CHOICE = ToolChoiceSupport(
     none_hides_tools=True,
     parallel_default=False,
     verify=True,
+    unparsed="does not match the expected",  # L-31: its 500 when the call it began does not parse
     guided="json_schema",
     guided_key=None,
 )

@@ -167,6 +167,7 @@ class Dispatch:
                 ctx,
                 prepared.stream,
                 self.settings.max_upstream_event_bytes,
+                profile.tool_choice.unparsed,
             )
         if ex is not None:
             ex.opened(response.status)

@@ -5,7 +5,9 @@ Nothing reaches the client before the verdict: a plain answer is read whole, a s
 of the forced function begins (then what was held and the rest flow on as they come). An answer
 without the call is closed and the request sent once more; a second one without it becomes the
 OpenAI-shaped error of ``choice_watch.unmet``. Errors and answers the gateway cannot read are not
-judged here: they go to the client as any other.
+judged here: they go to the client as any other, except the backend's own 500 for a call the model
+began that did not parse (a profile's ``unparsed`` phrase, llama.cpp L-31): that is an answer without
+the call.
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ async def _judge(
     return watch.end(), Replayed(response, held, None)
 
 
+async def _unparsed(response: UpstreamResponse, phrase: str, limit: int) -> tuple[Verdict, Replayed]:
+    """An error answer: "unmet" when it is the backend's own failure to parse the call the model began."""
+    held: list[bytes] = []
+    async for piece in response.pieces():
+        held.append(piece)
+        if sum(map(len, held)) > limit:
+            return "pass", Replayed(response, held, None)
+    return ("unmet" if phrase.encode() in b"".join(held) else "pass"), Replayed(response, held, None)
+
+
 async def enforce(
     response: UpstreamResponse,
     again: Callable[[], Awaitable[UpstreamResponse]],
@@ -70,14 +82,19 @@ async def enforce(
     ctx: ResponseContext,
     stream: bool,
     limit: int,
+    unparsed: str | None = None,
 ) -> UpstreamResponse:
-    """The answer to relay (the first that has the call), or the ``unmet`` error raised."""
+    """The answer to relay (the first that has the call), or the ``unmet`` error raised. ``unparsed``:
+    the phrase of the backend's 500 for a call that did not parse (``ToolChoiceSupport.unparsed``)."""
     ex = current()
     for attempt in (1, 2):
-        if response.status >= 400:
+        if response.status >= 400 and (response.status != 500 or unparsed is None):
             return response
         try:
-            verdict, replayed = await _judge(response, check, ctx, stream, limit)
+            if response.status >= 400:
+                verdict, replayed = await _unparsed(response, unparsed or "", limit)
+            else:
+                verdict, replayed = await _judge(response, check, ctx, stream, limit)
         except BaseException:
             response.close()
             raise

