@@ -74,7 +74,7 @@ UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
 
 class Gateway:
     def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
-        """``upstream``: what the backends are reached through (the aiohttp client unless given;
+        """``upstream``: what the backends are reached through (``server.upstream`` unless given;
         the tests give an in-process one)."""
         self.settings = settings
         self.keys = KeyRing(settings.api_keys, settings.virtual_keys)

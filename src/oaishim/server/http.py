@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from oaishim.server.writes import JoiningTransport
 from oaishim.wire.errors import OpenAIError, bad_request, timeout, too_large, unavailable
 
 LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
@@ -74,6 +75,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         limit = self.limits.max_connections
         crowded = limit is not None and len(self.connections) >= limit and not self._evict_one()
         super().connection_made(transport)
+        self.transport = JoiningTransport(transport, self.loop)  # type: ignore[assignment]  # a head with its body
         self._waiting_since = self.loop.time()
         if crowded:
             message = "The server is overloaded with connections; please try again later."
