@@ -67,27 +67,6 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], seconds: float) -> None:
     raise SystemExit(f"nothing listening on {port} after {seconds} s")
 
 
-def responses_bytes(url: str, tokens: int, stream: bool) -> bytes:
-    """A /v1/responses request of the same size as the chat one."""
-    body = orjson.dumps(
-        {
-            "model": "bench",
-            "instructions": "You are a helpful assistant. Answer briefly and precisely.",
-            "input": "How much latency does a reverse proxy add to each request? " * 3,
-            "max_output_tokens": tokens,
-            "temperature": 0.7,
-            "stream": stream,
-            "store": False,
-        }
-    )
-    host = url.split("//", 1)[1].split("/", 1)[0]
-    head = (
-        f"POST /v1/responses HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
 async def batch(url: str, raw: bytes, count: int) -> None:
     client = await loadgen.connect(url)
     for _ in range(count):
@@ -180,15 +159,16 @@ def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float) 
             one2 = gauge.measure(url, short, 2 * streams)
             out["stream_request"] = (one2 - a) / streams - SHORT * out["stream_chunk"]
             if responses:
+                rurl = f"http://127.0.0.1:{gw_port}/v1/responses"
                 post_mode(f"http://127.0.0.1:{up_port}", 0.0)
-                rp = responses_bytes(url, 16, False)
-                asyncio.run(batch(url, rp, 10))
-                one, two = gauge.measure(url, rp, requests), gauge.measure(url, rp, 2 * requests)
+                rp = loadgen.request_bytes(rurl, 16, False)
+                asyncio.run(batch(rurl, rp, 10))
+                one, two = gauge.measure(rurl, rp, requests), gauge.measure(rurl, rp, 2 * requests)
                 out["responses_plain_request"] = (two - one) / requests
                 post_mode(f"http://127.0.0.1:{up_port}", gap_ms)
-                rs, rl = responses_bytes(url, SHORT, True), responses_bytes(url, LONG, True)
-                asyncio.run(batch(url, rl, 2))
-                a, b = gauge.measure(url, rs, streams), gauge.measure(url, rl, streams)
+                rs, rl = loadgen.request_bytes(rurl, SHORT, True), loadgen.request_bytes(rurl, LONG, True)
+                asyncio.run(batch(rurl, rl, 2))
+                a, b = gauge.measure(rurl, rs, streams), gauge.measure(rurl, rl, streams)
                 out["responses_stream_chunk"] = (b - a) / ((LONG - SHORT) * streams)
             return {k: round(v) for k, v in out.items()}
         finally:
