@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import httptools
 
@@ -85,6 +86,7 @@ class Connection(asyncio.Protocol):
         "origin",
         "parser",
         "reused",
+        "translate",
         "transport",
     )
 
@@ -98,6 +100,7 @@ class Connection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
+        self.translate: Callable[[BaseException], BaseException] = _same  # set by the response using it
         self.parser = httptools.HttpResponseParser(self)
         self.head: asyncio.Future[Head] = self._loop.create_future()
         self._headers: list[tuple[bytes, bytes]] = []
@@ -240,8 +243,9 @@ class Connection(asyncio.Protocol):
             due = now + self.idle
         self._idle_timer = self._loop.call_at(due, self._check_idle)
 
-    async def piece(self) -> bytes:
-        """The next body bytes as they came (``b""`` once the body is complete); raises what ended it."""
+    async def next_piece(self) -> bytes:
+        """The next body bytes as they came; StopAsyncIteration once the body is complete; what
+        ended it otherwise, as ``translate`` makes it (the body's ``__anext__``)."""
         while True:
             body = self._body
             if body:
@@ -253,9 +257,9 @@ class Connection(asyncio.Protocol):
                     self.transport.resume_reading()
                 return data
             if self.error is not None:
-                raise self.error
+                raise self.translate(self.error)
             if self.complete:
-                return b""
+                raise StopAsyncIteration
             self._waiter = self._loop.create_future()
             if self.idle is not None:
                 self._waiting_since = self._loop.time()
@@ -278,6 +282,26 @@ class Connection(asyncio.Protocol):
             self.lost = True
             if self.transport is not None:
                 self.transport.close()
+
+
+def _same(error: BaseException) -> BaseException:
+    return error
+
+
+class Body:
+    """A response body as an async iterator: each ``__anext__`` is the connection's own wait, with
+    no async generator between (one coroutine a piece, not three)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def __aiter__(self) -> Body:
+        return self
+
+    def __anext__(self) -> Coroutine[Any, Any, bytes]:
+        return self._conn.next_piece()
 
 
 class Pool:

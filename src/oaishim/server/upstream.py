@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.exchange import current
-from oaishim.server.h1client import Broken, Connection, Expired, Head, Origin, Pool, Silent
+from oaishim.server.h1client import Body, Broken, Connection, Expired, Head, Origin, Pool, Silent
 from oaishim.server.seam import RawHeaders, SentRequest
 from oaishim.wire.errors import OpenAIError, bad_request, timeout
 from oaishim.wire.paths import BadTarget, join_upstream
@@ -241,32 +241,33 @@ class H1Response:
         self.content_length = head.content_length
         self.request = request
         # From the head on, a silence longer than idle_timeout ends the body, as does the total deadline
+        conn.translate = self._translate
         conn.watch(settings.idle_timeout, deadline)
 
-    async def pieces(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; an idle upstream (no byte within the idle timeout) raises OpenAIError."""
-        conn = self._conn
-        try:
-            while piece := await conn.piece():
-                yield piece
-        except Silent:
-            within = f" for {self._settings.idle_timeout:g} s (idle_timeout)"
-            raise timeout(
-                f"The upstream went silent{within} in the middle of the response.", code="upstream_timeout"
-            ) from None
-        except Expired:
-            total = self._settings.total_timeout
-            raise timeout(
+    def pieces(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; an idle, broken or late upstream raises OpenAIError."""
+        return Body(self._conn)
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        """What ended the body, as the client's error."""
+        settings = self._settings
+        if isinstance(exc, Silent):
+            within = f" for {settings.idle_timeout:g} s (idle_timeout)"
+            return timeout(f"The upstream went silent{within} in the middle of the response.", code="upstream_timeout")
+        if isinstance(exc, Expired):
+            total = settings.total_timeout
+            return timeout(
                 f"The upstream exchange passed its total deadline of {total:g} s (total_timeout).",
                 code="upstream_timeout",
-            ) from None
-        except Broken as exc:
-            raise OpenAIError(
+            )
+        if isinstance(exc, Broken):
+            return OpenAIError(
                 502,
                 f"The upstream connection broke in the middle of the response ({exc.fault}).",
                 "server_error",
                 code="upstream_disconnected",
-            ) from None
+            )
+        return exc
 
     def close(self) -> None:
         if not self._done:
