@@ -99,8 +99,12 @@ class Gauge:
             if new:
                 total = sum(_total(Path(p)) for p in new)
                 if total:
+                    keep = os.environ.get("OAISHIM_CALLGRIND_KEEP")  # a folder: keep the dumps (callgrind_annotate)
                     for p in new:
-                        os.unlink(p)
+                        if keep:
+                            shutil.move(p, Path(keep) / f"{self.dumps:02d}-{Path(p).name}")
+                        else:
+                            os.unlink(p)
                     return total
             time.sleep(0.2)
         raise SystemExit("callgrind wrote no dump")

@@ -180,7 +180,9 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
         self._buffered += len(body)
-        self._wake()
+        waiter = self._waiter  # _wake(), inline: once per read
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         if not self.head.done():  # an interim answer's end
