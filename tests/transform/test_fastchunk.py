@@ -122,3 +122,36 @@ def test_the_common_token_takes_the_short_way() -> None:
         b'"choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}\n\n'
     )
     assert fast._fast.event(orjson.dumps(token(" <think")).decode()) is None  # a tag may start: the general rules
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"id":"x","object":"chat.completion.chunk","created":01,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"a"},"logprobs":null,"finish_reason":null}]}',  # not JSON: a leading zero
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"a\tb"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',  # a raw tab
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"caf\\u00e9 \\"q\\""},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"<thi"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"ok \u2028 é 🙂"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+    ],
+)
+def test_vllm_token_events_as_written(raw: str) -> None:
+    """vLLM's token chunk is matched as written (no parse); escapes, bad JSON and tags go the long way."""
+    events = [event(token("", role="assistant")), event(token("Hi")), f"data: {raw}\n\n".encode(), b"data: [DONE]\n\n"]
+    for reasoning in (True, False):
+        options = {"include_usage": False, "reasoning": reasoning, "starts_in_reasoning": False, "stops": ()}
+        fast, general = both(events, **options)
+        assert fast == general
+
+
+def test_such_a_string_is_written_back_as_it_was() -> None:
+    """What the as-written match relies on: orjson writes every character but quote, backslash and
+    the control characters as itself."""
+    for code in range(0x20, 0x110000, 7):
+        if 0xD800 <= code <= 0xDFFF or chr(code) in '"\\':
+            continue
+        assert orjson.dumps(chr(code)) == b'"' + chr(code).encode() + b'"', hex(code)

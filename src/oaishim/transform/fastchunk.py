@@ -12,11 +12,25 @@ the general way. tests/transform/test_fastchunk.py holds both paths to byte-iden
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from oaishim.transform.stream import StreamNormalizer
 
 _DUMPS = orjson.dumps
+# vLLM's token chunk, whole (fullmatch: no other key, no duplicate, valid JSON numbers, nothing
+# after): a content string without escapes, quotes or control characters is then its value as
+# written, so the event needs no parse; orjson writes such a string back as the same characters.
+_STR = r'"[^"\\\x00-\x1f]*"'
+_VLLM_TOKEN = re.compile(
+    r'\{"id":'
+    + _STR
+    + r',"object":"chat\.completion\.chunk","created":(?:0|[1-9][0-9]{0,17}),"model":'
+    + _STR
+    + r',"choices":\[\{"index":(0|[1-9][0-9]{0,8}),"delta":\{"content":"([^"\\\x00-\x1f]+)"\},'
+    r'"logprobs":null,"finish_reason":null(?:,"token_ids":null)?\}\]\}'
+)
 
 
 class FastChunks:
@@ -38,6 +52,9 @@ class FastChunks:
         norm = self.normalizer
         if data[:1] != "{" or norm.ended or norm.done or norm.stop_seen:
             return None
+        token = _VLLM_TOKEN.fullmatch(data)
+        if token is not None:
+            return self._token(int(token[1]), token[2])
         chunk = orjson.loads(data)  # (a broken event raises here and again on the general path)
         choices = chunk.get("choices")
         if type(choices) is not list or len(choices) != 1 or chunk.get("usage") is not None:
@@ -49,14 +66,19 @@ class FastChunks:
         delta = choice.get("delta")
         if type(index) is not int or type(delta) is not dict:
             return None
-        state = norm.choices.get(index)
-        if state is None or state.state != "open":
-            return None
         text = delta.get("content")
         if type(text) is not str or not text:
             return None
         if len(delta) > 1 and any(v is not None for k, v in delta.items() if k != "content"):
             return None  # reasoning, a refusal or tool calls beside the text: the general rules
+        return self._token(index, text)
+
+    def _token(self, index: int, text: str) -> bytes | None:
+        """One content token for upstream choice ``index``, or None if the general rules must see it."""
+        norm = self.normalizer
+        state = norm.choices.get(index)
+        if state is None or state.state != "open":
+            return None
         repair = state.repair
         if repair is not None and repair.passes(text) != "content":
             return None
