@@ -83,6 +83,7 @@ class Connection(asyncio.Protocol):
         "idle_since",
         "keep_alive",
         "lost",
+        "no_body",
         "origin",
         "parser",
         "reused",
@@ -109,6 +110,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
         self.complete = self.keep_alive = False
+        self.no_body = False  # the answer to a HEAD: its head is all of it, whatever it declares
         self.error: BaseException | None = None
         self.idle: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -176,6 +178,10 @@ class Connection(asyncio.Protocol):
                 chunked = b"chunked" in value.lower()
         if not self.head.done():
             self.head.set_result(Head(status, self._headers, _media_type(content_type), length, chunked))
+            if self.no_body:
+                # httptools cannot be told that a HEAD's answer has no body: it is complete now, and
+                # the connection is not reused (the parser would read the next answer as this body)
+                self.complete, self.keep_alive = True, False
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -188,12 +194,15 @@ class Connection(asyncio.Protocol):
         if not self.head.done():  # an interim answer's end
             return
         self.complete = True
-        self.keep_alive = self.parser.should_keep_alive()  # asked now: the parser forgets it for the next message
+        # asked now: the parser forgets it for the next message (a HEAD's connection is not reused)
+        self.keep_alive = self.parser.should_keep_alive() and not self.no_body
         self._wake()
 
     # -- the exchange ----------------------------------------------------------------------------
-    def request(self, head: bytes, body: bytes | None) -> None:
+    def request(self, head: bytes, body: bytes | None, *, no_body: bool = False) -> None:
+        """Write one request; ``no_body``: it is a HEAD, whose answer ends with its head."""
         assert self.transport is not None
+        self.no_body = no_body
         if body:
             self.transport.writelines((head, body))
         else:

@@ -163,7 +163,7 @@ class Upstreams:
                                 log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
                                 last, connect_timed_out = type(exc).__name__, False
                                 break
-                        conn.request(head, body)
+                        conn.request(head, body, no_body=method == "HEAD")
                         got = await conn.head
                 except Broken as exc:
                     assert conn is not None
