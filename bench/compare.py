@@ -1,9 +1,12 @@
 """The whole comparison in one run: every path against the same synthetic upstream, in rounds.
 
 Each round starts each path afresh (timing its start-up), warms it, then measures: plain requests
-at concurrency 1 and 32 (wrk), time to first token on streams (loadgen, sequential), CPU per
-streamed chunk (two stream runs that differ only in length, so the per-request cost cancels), and
-memory idle and with 500 streams held open. Added figures are the path's minus the direct path's
+at concurrency 1, 32 and 64 (wrk), time to first token on streams (loadgen, sequential), CPU per
+streamed chunk (two stream runs that differ only in length, so the per-request cost cancels),
+memory idle and with 500 streams held open, the saturation throughput (the requests/s and chunks/s
+at the highest load whose p99 is at most twice the lightest load's), and, on paths that serve it,
+the same plain and streamed figures for ``/v1/responses``. Once per run, the gateway's instruction
+counts per request and per chunk (bench/callgrind.py) are added, beside the stored baseline's. Added figures are the path's minus the direct path's
 from the same round; the result is the median over rounds, with the min and max as the spread.
 
     .venv/bin/python bench/compare.py [--rounds 3] [--label before] [--paths direct,oaishim]
@@ -33,13 +36,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paths
 import procstat
 import report
-from loadgen import request_body
+from loadgen import request_body, responses_body
 
 ROOT = paths.ROOT
 PY = str(ROOT / ".venv/bin/python")
 BENCH = ROOT / "bench"
 PLAIN_TOKENS = 128  # a plain answer of ~1.3 KB
 SHORT, LONG = 16, 144  # the two stream lengths whose CPU difference gives the cost per chunk
+CONCURRENCY = (1, 32, 64)  # plain requests (wrk connections)
+SATURATION_PLAIN = (1, 2, 4, 8, 16, 32, 64, 128)  # wrk connections, stepped until p99 doubles
+SATURATION_STREAMS = (4, 16, 64, 128, 256)  # concurrent streams of SATURATION_TOKENS chunks
+SATURATION_TOKENS = 32
+RESPONSES_PATHS = ("oaishim", "oaishim_capture", "oaishim_workers", "oaishim_before", "litellm")
 
 
 def free_port() -> int:
@@ -92,7 +100,7 @@ class Bench:
         self.upstream_proc: subprocess.Popen[str] | None = None
         self.sources: dict[str, Path] = {}
         if args.oaishim_src is not None:
-            self.sources |= {"oaishim": args.oaishim_src, "oaishim_capture": args.oaishim_src}
+            self.sources |= dict.fromkeys(("oaishim", "oaishim_capture", "oaishim_workers"), args.oaishim_src)
         if args.before_src is not None:
             self.sources["oaishim_before"] = args.before_src
 
@@ -133,7 +141,8 @@ class Bench:
 
     # -- load ------------------------------------------------------------------------------------
     def wrk(self, url: str, connections: int, seconds: float) -> dict[str, Any]:
-        env = {**os.environ, "BENCH_BODY": request_body(PLAIN_TOKENS, False).decode()}
+        body = responses_body(PLAIN_TOKENS, False) if url.endswith("/responses") else request_body(PLAIN_TOKENS, False)
+        env = {**os.environ, "BENCH_BODY": body.decode()}
         out = subprocess.run(
             ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(BENCH / "wrk.lua"), url],
             env=env, capture_output=True, text=True, check=True,
@@ -184,11 +193,14 @@ class Bench:
             time.sleep(0.3)
             lap("warm-up")
             m: dict[str, Any] = {"start_s": run.start_s, "rss_fresh_kb": fresh, "rss_idle_kb": procstat.rss_kb(pids())}
-            for c in (1, 32):
+            for c in CONCURRENCY:
                 cpu0 = procstat.cpu_seconds(pids())
                 m[f"c{c}"] = self.wrk(run.url, c, a.duration)
                 m[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
                 lap(f"plain c{c}")
+            if a.saturation:
+                m["saturation"] = self.saturation(run)
+                lap("saturation")
             self.mode(gap_ms=1)
             m["ttft"] = self.loadgen("ttft", run.url, "--requests", str(a.ttft_requests), "--tokens", "8")
             lap("ttft")
@@ -200,6 +212,9 @@ class Bench:
                 m[f"streams{tokens}"] = got
                 lap(f"streams of {tokens}")
             self.mode()
+            if name in RESPONSES_PATHS and a.responses:
+                m["responses"] = self.responses(run)
+                lap("responses")
             if run.proc is not None:
                 time.sleep(0.3)
                 m["rss_before_hold_kb"] = procstat.rss_kb(pids())
@@ -208,6 +223,68 @@ class Bench:
             return m
         finally:
             run.stop()
+
+    def saturation(self, run: Running) -> dict[str, Any]:
+        """Plain requests: wrk at stepped concurrency; streams: loadgen at stepped concurrency, chunks
+        1 ms apart. Each step's throughput and p99 (for streams: of the whole stream's duration); the
+        saturation figure is the throughput of the highest step whose p99 is at most twice the
+        first step's (it stops one step past that)."""
+        plain: list[dict[str, Any]] = []
+        for c in SATURATION_PLAIN:
+            got = self.wrk(run.url, c, 1)  # (wrk takes whole seconds)
+            plain.append({"c": c, "rps": got["requests"] / (got["duration_us"] / 1e6), "p99_us": got["p99_us"]})
+            if got["p99_us"] > 2 * plain[0]["p99_us"]:
+                break
+        self.mode(gap_ms=1)
+        streams: list[dict[str, Any]] = []
+        for c in SATURATION_STREAMS:
+            got = self.loadgen("streams", run.url, "--requests", str(2 * c), "--concurrency", str(c),
+                               "--tokens", str(SATURATION_TOKENS))  # fmt: skip
+            durations = got["durations_us"] or [0.0]
+            p99 = report.pct(durations, 99) if len(durations) > 1 else durations[0]
+            streams.append(
+                {"c": c, "chunks_per_s": got["events"] / got["wall_s"], "p99_us": p99, "errors": got["errors"]}
+            )
+            if p99 > 2 * streams[0]["p99_us"] or got["errors"]:
+                break
+        self.mode()
+        return {"plain": plain, "streams": streams}
+
+    def responses(self, run: Running) -> dict[str, Any] | None:
+        """``/v1/responses``: plain at c1 and c32 (latency, CPU per request) and CPU per streamed
+        event, as for chat; None where the path does not serve it."""
+        url = run.url.removesuffix("/chat/completions") + "/responses"
+        pids = run.pids
+        if post(url, responses_body(16, False)) != 200:  # (the official minimum of max_output_tokens)
+            return None
+        out: dict[str, Any] = {}
+        for c in (1, 32):
+            cpu0 = procstat.cpu_seconds(pids())
+            out[f"c{c}"] = self.wrk(url, c, self.args.duration)
+            out[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+        self.mode(gap_ms=1)
+        for tokens in (SHORT, LONG):
+            cpu0 = procstat.cpu_seconds(pids())
+            got = self.loadgen("streams", url, "--requests", str(self.args.streams // 2), "--concurrency", "16",
+                               "--tokens", str(tokens))  # fmt: skip
+            got["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+            got.pop("durations_us", None)
+            out[f"streams{tokens}"] = got
+        self.mode()
+        return out
+
+    def callgrind(self, src: Path | None) -> dict[str, Any] | None:
+        """Instructions per plain request and per chunk (bench/callgrind.py), once per run."""
+        if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+            return None
+        argv = [PY, str(BENCH / "callgrind.py"), "--label", self.args.label or "run"]
+        if src is not None:
+            argv += ["--src", str(src)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
+        if done.returncode != 0:
+            print(f"  callgrind failed, left out: {done.stderr[-500:]}", file=sys.stderr, flush=True)
+            return None
+        return dict(json.loads(done.stdout[done.stdout.index("{") :]))
 
     def run(self) -> dict[str, Any]:
         names = [n for n in self.args.paths.split(",") if n]
@@ -268,12 +345,21 @@ class Bench:
                 "stream_lengths": [SHORT, LONG],
                 "chunk_gap_ms": 1,
                 "hold_streams": self.args.hold,
+                "concurrency": list(CONCURRENCY),
+                "saturation_plain": list(SATURATION_PLAIN),
+                "saturation_streams": list(SATURATION_STREAMS),
+                "saturation_tokens": SATURATION_TOKENS,
             },
         }
         result = report.summarise(rounds, meta, names)
         result["micro"] = self.micro(self.sources.get("oaishim"))
         if "oaishim_before" in self.sources:
             result["micro_before"] = self.micro(self.sources["oaishim_before"])
+        if self.args.callgrind:
+            print("callgrind: instruction counts (a few minutes)", file=sys.stderr, flush=True)
+            result["callgrind"] = self.callgrind(self.sources.get("oaishim"))
+            baseline = BENCH / "results" / "callgrind-baseline.json"
+            result["callgrind_baseline"] = json.loads(baseline.read_text()) if baseline.exists() else None
         return result
 
     def micro(self, src: Path | None) -> dict[str, Any]:
@@ -338,6 +424,9 @@ def main() -> None:
         help="also measure oaishim from this src folder, as oaishim_before, in the same rounds",
     )
     parser.add_argument("--label", default="", help="a name for the dated copy (before, after, …)")
+    parser.add_argument("--no-saturation", dest="saturation", action="store_false", help="skip the saturation steps")
+    parser.add_argument("--no-responses", dest="responses", action="store_false", help="skip /v1/responses")
+    parser.add_argument("--no-callgrind", dest="callgrind", action="store_false", help="skip the instruction counts")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument("-v", "--verbose", action="store_true", help="time each phase")
     parser.add_argument("--no-readme", action="store_true", help="leave the table in bench/README.md alone")

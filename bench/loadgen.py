@@ -5,10 +5,12 @@ timestamps the first content token as the bytes arrive. (Plain requests use ``wr
 
     loadgen.py ttft URL --requests N --tokens T        sequential streams; time to first token
     loadgen.py streams URL --requests N --concurrency C --tokens T
+                                                       (each stream's duration too)
     loadgen.py hold URL --requests N                   open N streams, print "open K", wait for a
                                                        line on stdin, close them all
 
-Each prints one JSON line with its figures.
+A URL ending in ``/v1/responses`` gets the same request in the Responses shape. Each prints one
+JSON line with its figures.
 """
 
 from __future__ import annotations
@@ -44,9 +46,25 @@ def request_body(tokens: int, stream: bool) -> bytes:
     )
 
 
+def responses_body(tokens: int, stream: bool) -> bytes:
+    """The same request for ``POST /v1/responses`` (instructions and input instead of messages)."""
+    return orjson.dumps(
+        {
+            "model": "bench",
+            "instructions": "You are a helpful assistant. Answer briefly and precisely.",
+            "input": "How much latency does a reverse proxy add to each request? " * 3,
+            "max_output_tokens": tokens,
+            "temperature": 0.7,
+            "stream": stream,
+            "store": False,
+        }
+    )
+
+
 def request_bytes(url: str, tokens: int, stream: bool) -> bytes:
+    """The request for ``url``: a Responses one when the URL's path ends in /responses."""
     parts = urlsplit(url)
-    body = request_body(tokens, stream)
+    body = responses_body(tokens, stream) if parts.path.endswith("/responses") else request_body(tokens, stream)
     head = (
         f"POST {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
         f"authorization: Bearer {KEY}\r\ncontent-length: {len(body)}\r\n\r\n"
@@ -142,6 +160,7 @@ async def streams(url: str, requests: int, concurrency: int, tokens: int) -> dic
     raw = request_bytes(url, tokens, True)
     left = requests
     events = errors = 0
+    durations: list[float] = []  # µs from writing each request to its last byte
 
     async def worker() -> None:
         nonlocal left, events, errors
@@ -151,7 +170,8 @@ async def streams(url: str, requests: int, concurrency: int, tokens: int) -> dic
             try:
                 if client.lost:
                     client = await connect(url)
-                await client.call(raw)
+                t0, _ = await client.call(raw)
+                durations.append((time.perf_counter_ns() - t0) / 1000)
                 events += client.events
             except (RuntimeError, ConnectionError, TimeoutError, httptools.HttpParserError):
                 errors += 1
@@ -160,7 +180,7 @@ async def streams(url: str, requests: int, concurrency: int, tokens: int) -> dic
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return {"events": events, "errors": errors, "wall_s": time.perf_counter() - t0}
+    return {"events": events, "errors": errors, "wall_s": time.perf_counter() - t0, "durations_us": durations}
 
 
 async def hold(url: str, requests: int) -> dict[str, Any]:

@@ -5,6 +5,8 @@
   to the upstream: what forwarding bytes costs without looking at them.
 * ``oaishim``: ``oaishim serve`` with the vLLM profile, normalisation and text repair on (the
   defaults), a client key required.
+* ``oaishim_workers``: the same with ``--workers N`` (N = the number of cores, or
+  ``OAISHIM_BENCH_WORKERS``; measured once ``oaishim serve`` has the flag).
 * ``oaishim_capture``: the same with ``--capture DIR`` (measured once the flag exists).
 * ``litellm``: the LiteLLM proxy from its own venv, a ``hosted_vllm/`` route, a master key.
 """
@@ -20,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM_VENV = Path(os.environ.get("OAISHIM_LITELLM_VENV", Path.home() / ".cache/oaishim/litellm-venv"))
 KEY = "sk-bench"
-NAMES = ("direct", "nginx", "oaishim", "oaishim_capture", "litellm")
+NAMES = ("direct", "nginx", "oaishim", "oaishim_workers", "oaishim_capture", "litellm")
+WORKERS = int(os.environ.get("OAISHIM_BENCH_WORKERS", os.cpu_count() or 1))  # for oaishim_workers
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,16 @@ def unavailable(name: str, sources: dict[str, Path]) -> str | None:
         return f"no LiteLLM venv at {LITELLM_VENV} (bench/run creates it)"
     if name == "oaishim_capture" and not capture_supported(sources.get(name)):
         return "n/a: `oaishim serve` has no --capture flag yet (picked up automatically once it has)"
+    if name == "oaishim_workers" and not serve_has("--workers", sources.get(name)):
+        return "n/a: `oaishim serve` has no --workers flag yet (picked up automatically once it has)"
     return None
 
 
 def capture_supported(oaishim_src: Path | None = None) -> bool:
+    return serve_has("--capture", oaishim_src)
+
+
+def serve_has(flag: str, oaishim_src: Path | None = None) -> bool:
     env = {**os.environ, "PYTHONPATH": str(oaishim_src)} if oaishim_src is not None else None
     out = subprocess.run(
         [str(ROOT / ".venv/bin/python"), "-m", "oaishim", "serve", "--help"],
@@ -50,7 +59,7 @@ def capture_supported(oaishim_src: Path | None = None) -> bool:
         check=False,
         env=env,
     ).stdout
-    return "--capture" in out
+    return flag in out
 
 
 def source_folder(path: Path) -> Path:
@@ -66,7 +75,7 @@ def launch(name: str, upstream: str, port: int, tmp: Path, sources: dict[str, Pa
     folder, e.g. from ``git archive``) run on this checkout's venv, for before/after comparisons;
     ``oaishim_before`` is ``oaishim`` from such a copy, measured in the same rounds."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if name in ("oaishim", "oaishim_capture", "oaishim_before"):
+    if name in ("oaishim", "oaishim_capture", "oaishim_before", "oaishim_workers"):
         if name in sources:
             env["PYTHONPATH"] = str(sources[name])  # ahead of the venv's editable install
         argv = [
@@ -75,6 +84,8 @@ def launch(name: str, upstream: str, port: int, tmp: Path, sources: dict[str, Pa
         ]  # fmt: skip
         if name == "oaishim_capture":
             argv += ["--capture", str(tmp / "capture")]
+        if name == "oaishim_workers":
+            argv += ["--workers", str(WORKERS)]
         return Launch(argv, env, tmp)
     if name == "nginx":
         conf = tmp / "nginx.conf"

@@ -29,6 +29,8 @@ ROWS = [  # (label, key path, goal key)
     ("added latency, c1 p99 (ms)", ("added_latency_ms", "c1", "p99"), "latency"),
     ("added latency, c32 p50 (ms)", ("added_latency_ms", "c32", "p50"), "latency"),
     ("added latency, c32 p99 (ms)", ("added_latency_ms", "c32", "p99"), "latency"),
+    ("added latency, c64 p50 (ms)", ("added_latency_ms", "c64", "p50"), "latency"),
+    ("added latency, c64 p99 (ms)", ("added_latency_ms", "c64", "p99"), "latency"),
     ("added TTFT, stream p50 (ms)", ("ttft_added_ms", "p50"), "latency"),
     ("added TTFT, stream p99 (ms)", ("ttft_added_ms", "p99"), "latency"),
     ("CPU per request (µs = ms per 1,000)", ("cpu_us_per_request",), None),
@@ -36,14 +38,55 @@ ROWS = [  # (label, key path, goal key)
     ("RSS idle (MB)", ("rss_idle_mb",), "rss_idle_mb"),
     ("RSS per open stream (KB)", ("rss_per_stream_kb",), "rss_per_stream_kb"),
     ("start-up (s)", ("start_s",), "start_s"),
+    ("saturation, plain (requests/s at which p99 doubles)", ("saturation", "plain_rps"), None),
+    ("saturation, streams (chunks/s at which p99 doubles)", ("saturation", "chunks_per_s"), None),
+    ("Responses: added latency, plain c1 p50 (ms)", ("responses", "added_latency_ms", "c1", "p50"), None),
+    ("Responses: added latency, plain c32 p50 (ms)", ("responses", "added_latency_ms", "c32", "p50"), None),
+    ("Responses: CPU per plain request (µs)", ("responses", "cpu_us_per_request"), None),
+    ("Responses: CPU per streamed chunk (µs)", ("responses", "cpu_us_per_chunk"), "cpu_us_per_chunk"),
 ]
+LEVELS = ("c1", "c32", "c64")
 
 
-PATHS = ("direct", "nginx", "oaishim", "oaishim_capture", "litellm", "oaishim_before")
+PATHS = ("direct", "nginx", "oaishim", "oaishim_workers", "oaishim_capture", "litellm", "oaishim_before")
 
 
-def _pct(values: list[float], q: int) -> float:
+def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+_pct = pct
+
+
+def _saturated(steps: list[dict[str, Any]], key: str) -> float | None:
+    """The throughput of the highest step whose p99 is at most twice the first step's."""
+    if not steps:
+        return None
+    limit = 2 * steps[0]["p99_us"]
+    return max((s[key] for s in steps if s["p99_us"] <= limit), default=None)
+
+
+def _responses(r: dict[str, Any] | None, base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """/v1/responses figures; "added" against the direct path's chat figures (the same upstream work)."""
+    if not r:
+        return _responses_empty()
+    short, long = params["stream_lengths"]
+    chunks = params["streams"] // 2 * (long - short)
+    return {
+        "added_latency_ms": {
+            c: {p: (r[c][f"{p}_us"] - base[c][f"{p}_us"]) / 1000 for p in ("p50", "p99")} for c in ("c1", "c32")
+        },
+        "cpu_us_per_request": r["c32"]["cpu_s"] / max(r["c32"]["requests"], 1) * 1e6,
+        "cpu_us_per_chunk": (r[f"streams{long}"]["cpu_s"] - r[f"streams{short}"]["cpu_s"]) / chunks * 1e6,
+    }
+
+
+def _responses_empty() -> dict[str, Any]:
+    return {
+        "added_latency_ms": {c: {"p50": None, "p99": None} for c in ("c1", "c32")},
+        "cpu_us_per_request": None,
+        "cpu_us_per_chunk": None,
+    }
 
 
 def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +94,7 @@ def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dic
     ttft, ttft0 = m["ttft"]["ttft_us"], base["ttft"]["ttft_us"]
     out: dict[str, Any] = {
         "added_latency_ms": {
-            c: {p: (m[c][f"{p}_us"] - base[c][f"{p}_us"]) / 1000 for p in ("p50", "p99")} for c in ("c1", "c32")
+            c: {p: (m[c][f"{p}_us"] - base[c][f"{p}_us"]) / 1000 for p in ("p50", "p99")} for c in LEVELS if c in m
         },
         "ttft_added_ms": {p: (_pct(ttft, q) - _pct(ttft0, q)) / 1000 for p, q in (("p50", 50), ("p99", 99))},
         "cpu_us_per_request": None,
@@ -59,6 +102,11 @@ def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dic
         "rss_idle_mb": None,
         "rss_per_stream_kb": None,
         "start_s": None,
+        "saturation": {
+            "plain_rps": _saturated(m.get("saturation", {}).get("plain", []), "rps"),
+            "chunks_per_s": _saturated(m.get("saturation", {}).get("streams", []), "chunks_per_s"),
+        },
+        "responses": _responses(m.get("responses"), base, params) if proxy else _responses_empty(),
     }
     if proxy:
         short, long = params["stream_lengths"]
@@ -76,14 +124,15 @@ def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dic
 def _absolute(m: dict[str, Any], proxy: bool) -> dict[str, Any]:
     ttft = m["ttft"]["ttft_us"]
     return {
-        "latency_ms": {c: {p: m[c][f"{p}_us"] / 1000 for p in ("p50", "p99")} for c in ("c1", "c32")},
+        "latency_ms": {c: {p: m[c][f"{p}_us"] / 1000 for p in ("p50", "p99")} for c in LEVELS if c in m},
         "ttft_ms": {"p50": _pct(ttft, 50) / 1000, "p99": _pct(ttft, 99) / 1000},
-        "requests_per_s": {c: m[c]["requests"] / (m[c]["duration_us"] / 1e6) for c in ("c1", "c32")},
+        "requests_per_s": {c: m[c]["requests"] / (m[c]["duration_us"] / 1e6) for c in LEVELS if c in m},
         "cpu_us_per_request_c1": m["c1"]["cpu_s"] / m["c1"]["requests"] * 1e6 if proxy else None,
         "rss_fresh_mb": m["rss_fresh_kb"] / 1024 if proxy else None,
         "streams_held_open": m.get("hold_open"),
-        "errors": m["c1"]["errors"] + m["c1"]["non2xx"] + m["c32"]["errors"] + m["c32"]["non2xx"]
+        "errors": sum(m[c]["errors"] + m[c]["non2xx"] for c in LEVELS if c in m)
         + m["ttft"]["errors"] + sum(m[k]["errors"] for k in m if k.startswith("streams")),
+        "saturation_steps": m.get("saturation"),
     }  # fmt: skip
 
 
@@ -92,6 +141,8 @@ def _fold(per_round: list[dict[str, Any]], how: Any) -> Any:
     first = per_round[0]
     if isinstance(first, dict):
         return {k: _fold([r[k] for r in per_round], how) for k in first}
+    if isinstance(first, list) or any(isinstance(v, (dict, list)) for v in per_round):
+        return first  # a list of steps: the first round's, as measured
     values = [v for v in per_round if v is not None]
     return how(values) if values else None
 
@@ -115,13 +166,15 @@ def summarise(rounds: list[dict[str, Any]], meta: dict[str, Any], names: list[st
 
 def _one_round_empty() -> dict[str, Any]:
     return {
-        "added_latency_ms": {c: {"p50": None, "p99": None} for c in ("c1", "c32")},
+        "added_latency_ms": {c: {"p50": None, "p99": None} for c in LEVELS},
         "ttft_added_ms": {"p50": None, "p99": None},
         "cpu_us_per_request": None,
         "cpu_us_per_chunk": None,
         "rss_idle_mb": None,
         "rss_per_stream_kb": None,
         "start_s": None,
+        "saturation": {"plain_rps": None, "chunks_per_s": None},
+        "responses": _responses_empty(),
     }
 
 
@@ -148,7 +201,7 @@ def _ratio(top: float | None, bottom: float | None) -> str:
 def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     names = [n for n in PATHS if n in result]
-    ours = [n for n in ("oaishim", "oaishim_capture") if n in result and n not in meta["skipped"]]
+    ours = [n for n in ("oaishim", "oaishim_workers", "oaishim_capture") if n in result and n not in meta["skipped"]]
     before = "oaishim_before" in result and "oaishim_before" not in meta["skipped"]
     head = ["figure (median of rounds)", "goal", *names]
     for n in ours:
@@ -180,6 +233,7 @@ def markdown(result: dict[str, Any]) -> str:
             )
     for name, why in meta["skipped"].items():
         lines.append(f"{name}: {why}")
+    lines += callgrind_lines(result.get("callgrind"), result.get("callgrind_baseline"))
     lines += ["", "Spread (min – max over rounds):", ""]
     lines += ["| figure | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
     for label, keys, _ in ROWS:
@@ -198,6 +252,31 @@ def markdown(result: dict[str, Any]) -> str:
         f"Python {v['python']}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+CALLGRIND_ROWS = [
+    ("instructions per plain request (chat)", "plain_request"),
+    ("instructions per streamed request, chunks aside (chat)", "stream_request"),
+    ("instructions per streamed chunk (chat)", "stream_chunk"),
+    ("instructions per plain request (Responses)", "responses_plain_request"),
+    ("instructions per streamed event (Responses)", "responses_stream_chunk"),
+]
+
+
+def callgrind_lines(now: dict[str, Any] | None, baseline: dict[str, Any] | None) -> list[str]:
+    """The instruction counts (bench/callgrind.py: oaishim under valgrind, N vs 2N), beside the baseline's."""
+    if not now:
+        return []
+    label = baseline.get("label", "baseline") if baseline else "baseline"
+    lines = ["", f"Instruction counts (callgrind; stable to ~1 % across runs; baseline: {label}):", ""]
+    lines += ["| figure | baseline | now | now ÷ baseline |", "|---|---|---|---|"]
+    for text, key in CALLGRIND_ROWS:
+        a, b = (baseline or {}).get(key), now.get(key)
+        if b is None:
+            continue
+        ratio = f"{b / a:.2f}×" if a else "—"
+        lines.append(f"| {text} | {f'{a:,}' if a else '—'} | {b:,} | {ratio} |")
+    return lines
 
 
 def write(result: dict[str, Any], out: Path, label: str, readme: Path | None) -> None:

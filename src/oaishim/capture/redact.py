@@ -199,7 +199,9 @@ def scrub_bytes(data: bytes, needles: Iterable[bytes]) -> bytes:
     """``data`` with every needle replaced by the mask; the very same object when none occurs (the
     cost then is one ``in`` per needle, cheap enough for every piece a client is sent)."""
     for needle in needles:
-        if needle in data:
+        # find, not ``in``: bytes.__contains__ first tries the needle as an int, and the TypeError it
+        # builds and drops cost more than the search (one per piece a client is sent; callgrind)
+        if data.find(needle) != -1:
             data = data.replace(needle, MASK.encode())
     return data
 

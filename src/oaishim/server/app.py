@@ -87,7 +87,7 @@ class Gateway(Dispatch):
         tracing: Spans | None = None,
         cluster: Cluster | None = None,
     ) -> None:
-        """``upstream``: what the backends are reached through (the aiohttp client unless given;
+        """``upstream``: what the backends are reached through (``server.upstream`` unless given;
         the tests give an in-process one). ``tracing``: the spans' exporter (else as OTEL_* say).
         ``cluster``: what this process shares with the gateway's other processes (server.cluster:
         the capture process, the workers' limits and metrics)."""

@@ -19,7 +19,7 @@ import contextvars
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from oaishim.server.asgi import Headers, Message, Scope, Send
@@ -42,6 +42,11 @@ __all__ = [
     "note",
     "request_id_from",
 ]
+
+# ASGI extension (scope["extensions"]) by which the HTTP server reports a lost client to a callback:
+# ``on_gone(callback)`` registers it and returns the function that unregisters it.
+ON_GONE = "oaishim.on_client_gone"
+OnGone = Callable[[Callable[[], None]], Callable[[], None]]
 
 log = logging.getLogger("oaishim.exchange")
 MAX_ID = 128
@@ -84,6 +89,7 @@ class Exchange:
         "limited",
         "method",
         "model",
+        "on_gone",
         "path",
         "profile",
         "repairs",
@@ -111,6 +117,9 @@ class Exchange:
         self.client = f"{client[0]}:{client[1]}" if client else "-"
         self.method: str = scope.get("method", "-")
         self.path: str = scope.get("path", "-")
+        # the server's way to say the client left (server.http), where it offers one: see relay.watching_client
+        extensions = scope.get("extensions")
+        self.on_gone: OnGone | None = extensions.get(ON_GONE) if extensions else None
         self.endpoint = "other"  # chat, completions, embeddings, responses, models, health, metrics, passthrough
         self.model: str | None = None  # a configured route name only (the metrics' cardinality is bounded)
         self.profile: str | None = None

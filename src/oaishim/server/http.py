@@ -24,11 +24,14 @@ a reset (a close with unread bytes makes the kernel send RST, which drops the an
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from oaishim.server.exchange import ON_GONE
+from oaishim.server.writes import JoiningTransport
 from oaishim.wire.errors import OpenAIError, bad_request, timeout, too_large, unavailable
 
 LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
@@ -51,6 +54,10 @@ def _answer(error: OpenAIError, default_headers: list[tuple[bytes, bytes]]) -> b
     return b"".join(head) + body
 
 
+def _nothing() -> None:
+    return None
+
+
 def protocol_class(limits: HttpLimits) -> type[GuardedHttpTools]:
     """The protocol uvicorn instantiates per connection (``uvicorn.Config(http=...)``), with these limits."""
     return type("GuardedHttpTools", (GuardedHttpTools,), {"limits": limits})
@@ -68,12 +75,14 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._waiting_since = 0.0  # when this connection began waiting for a request (eviction order)
         self._timer: asyncio.TimerHandle | None = None
         self._refused = False
+        self._on_gone: Callable[[], None] | None = None  # the request's callback for a lost client
 
     # -- connection ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limit = self.limits.max_connections
         crowded = limit is not None and len(self.connections) >= limit and not self._evict_one()
         super().connection_made(transport)
+        self.transport = JoiningTransport(transport, self.loop)  # type: ignore[assignment]  # a head with its body
         self._waiting_since = self.loop.time()
         if crowded:
             message = "The server is overloaded with connections; please try again later."
@@ -84,6 +93,30 @@ class GuardedHttpTools(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
         super().connection_lost(exc)
+        self._client_gone()
+
+    # -- the client-gone callback (the ON_GONE extension) -----------------------------------------
+    def _watch_gone(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Register ``callback`` for the current request: called once if the connection is lost or
+        refused before its response is complete. Reading resumes, as an ASGI receive() would, so a
+        client's close is seen."""
+        cycle = self.cycle
+        if cycle is None or cycle.disconnected:
+            callback()
+            return _nothing
+        self._on_gone = callback
+        self.flow.resume_reading()
+
+        def unregister() -> None:
+            if self._on_gone is callback:
+                self._on_gone = None
+
+        return unregister
+
+    def _client_gone(self) -> None:
+        callback, self._on_gone = self._on_gone, None
+        if callback is not None and self.cycle is not None and not self.cycle.response_complete:
+            callback()
 
     def _evict_one(self) -> bool:
         """Make room: close a connection that has nothing in progress, one that never completed a
@@ -154,6 +187,8 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._refuse(too_large(limit))
                 return
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.scope.setdefault("extensions", {})[ON_GONE] = self._watch_gone  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
@@ -211,6 +246,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app's receive() returns http.disconnect; its sends are dropped
             cycle.message_event.set()
+            self._client_gone()
             if cycle.response_started:  # an answer is under way: nothing can be added to it
                 self.transport.close()
                 return

@@ -5,7 +5,7 @@ these two protocols: :class:`Upstream` opens a request and returns once the resp
 an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of body pieces and a
 ``close``. Every failure of the exchange is an :class:`~oaishim.wire.errors.OpenAIError` (no replica
 reachable, a deadline passed, the connection broke mid-body), so nothing above the seam knows the
-HTTP client. Implementations: the aiohttp client (``server.upstream.Upstreams``), the recording
+HTTP client. Implementations: the HTTP/1.1 client (``server.upstream.Upstreams``), the recording
 wrapper (``server.recording.RecordingUpstream``) and the tracing one around any of them (both on
 :class:`UpstreamWrapper` and :class:`ResponseWrapper`), and the tests' in-process fake.
 """

@@ -27,6 +27,7 @@ import orjson
 from oaishim.transform import response as normalize
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.encode import ChatSSEEncoder, Encoder
+from oaishim.transform.fastchunk import FastChunks
 from oaishim.transform.stream import Chunk, StreamNormalizer
 from oaishim.transform.upstream_errors import is_error_body, normalize_upstream_error
 from oaishim.transform.validate import Endpoint
@@ -106,6 +107,7 @@ class StreamPipe:
         "_body",
         "_chat_sse",
         "_decoder",
+        "_fast",
         "_max",
         "_size",
         "chunks",
@@ -126,6 +128,8 @@ class StreamPipe:
         self.normalizer = StreamNormalizer(ctx)
         self.encoder: Encoder = encoder if encoder is not None else ChatSSEEncoder()
         self._chat_sse = type(self.encoder) is ChatSSEEncoder  # its feed() is one sse_chunk(): called inline
+        fast = FastChunks(self.normalizer) if self._chat_sse else None
+        self._fast = fast if fast is not None and fast.usable else None  # the common token's short way
         # A backend that ignored stream: true sends one JSON body, held (bounded) until its end.
         self._decoder = SSEDecoder(max_event) if sse else None
         self._body: list[bytes] = []
@@ -165,7 +169,16 @@ class StreamPipe:
         out: list[bytes] = []
         if self._chat_sse:  # ChatSSEEncoder.feed, inline: this runs for every streamed token
             dumps = orjson.dumps
+            fast = self._fast
             for event in events:
+                if fast is not None:
+                    try:
+                        quick = fast.event(event.data)
+                    except orjson.JSONDecodeError:
+                        quick = None  # the general path gives the error
+                    if quick is not None:
+                        out.append(quick)
+                        continue
                 for chunk in normalizer.feed(event.data):
                     out.append(b"data: " + dumps(chunk) + b"\n\n")
             self.chunks += len(out)

@@ -106,6 +106,13 @@ class ReasoningSplitter:
             buf = buf[end:]
         return out
 
+    def passes(self, text: str) -> TextKind | None:
+        """The kind ``text`` would go out as, whole and with no change of state, or None when
+        ``feed`` could do anything else with it (``transform.fastchunk`` asks before a feed)."""
+        if not self._held and not self._after_tag and len(self._first_chars) == 1 and self._first_chars not in text:
+            return self._kind
+        return None
+
     def flush(self) -> list[Piece]:
         """End of the text: a held partial tag was text after all, of the current kind."""
         held, self._held = self._held, ""

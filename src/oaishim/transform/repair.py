@@ -92,6 +92,18 @@ class TextRepair:
             kinds.append("end_of_turn")
         return kinds
 
+    def passes(self, text: str) -> TextKind | None:
+        """The kind ``text`` would come out as, one piece unchanged with no stage's state touched,
+        or None when ``feed`` could do anything else (only the reasoning splitter is asked; with any
+        other stage on, None)."""
+        if self.done or self.stopper is not None or self.holder is not None or self.parser is not None:
+            return None
+        if self.cleaner is not None:
+            return None
+        if self.splitter is None:
+            return "content"
+        return self.splitter.passes(text)
+
     def feed(self, text: str) -> list[Piece]:
         if self.stopper is not None:
             text = self.stopper.feed(text)

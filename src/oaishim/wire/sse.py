@@ -41,6 +41,8 @@ import codecs
 import re
 from dataclasses import dataclass
 
+_utf8_decode = codecs.utf_8_decode
+
 __all__ = ["DONE", "EventTooLarge", "SSEDecoder", "SSEEvent", "encode_data", "encode_event", "is_done"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
@@ -85,7 +87,6 @@ class SSEDecoder:
         "_at_start",
         "_data",
         "_data_size",
-        "_decoder",
         "_event",
         "_finished",
         "_last_id",
@@ -93,6 +94,7 @@ class SSEDecoder:
         "_partial_size",
         "_retry",
         "_skip_lf",
+        "_undecoded",
         "bytes_fed",
         "incomplete_tail",
         "max_event",
@@ -103,7 +105,9 @@ class SSEDecoder:
         self.max_event = max_event
         self._partial_size = 0  # characters in _partial
         self._data_size = 0  # characters in _data
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # the bytes of a character split across reads (what codecs' incremental decoder keeps, kept
+        # here: its decode() is a Python frame on every read)
+        self._undecoded = b""
         self._at_start = True  # no character decoded yet, so a BOM may still come
         self._skip_lf = False  # the last read ended with CR: an LF first in the next one completes CRLF
         # Pieces of the line not yet terminated; a list so a long line arriving in many small reads is
@@ -123,7 +127,10 @@ class SSEDecoder:
         if self._finished:
             raise ValueError("SSEDecoder.feed() called after flush()")
         self.bytes_fed += len(chunk)
-        return self._text(self._decoder.decode(chunk))
+        data = self._undecoded + chunk if self._undecoded else chunk
+        text, used = _utf8_decode(data, "replace", False)
+        self._undecoded = data[used:] if used != len(data) else b""
+        return self._text(text)
 
     @property
     def held(self) -> int:
@@ -149,7 +156,8 @@ class SSEDecoder:
             return []
         self._finished = True
         # A truncated multi-byte sequence at the very end becomes U+FFFD here, as the spec requires.
-        events = self._text(self._decoder.decode(b"", final=True))
+        events = self._text(_utf8_decode(self._undecoded, "replace", True)[0])
+        self._undecoded = b""
         if self._partial:
             self._lines(["".join(self._partial)], events)
             self._partial.clear()

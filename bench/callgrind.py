@@ -1,0 +1,222 @@
+"""Instruction counts per plain request and per streamed chunk, from valgrind's callgrind.
+
+Wall-clock and CPU-time figures move with whatever else the machine runs; the number of
+instructions the gateway executes for a request does not (to a fraction of a percent). This runs
+``oaishim serve`` under ``valgrind --tool=callgrind`` in front of the synthetic upstream
+(bench/upstream.py, not under valgrind), drives it from this process, and reads the totals with
+``callgrind_control``: zero the counters, send a batch, dump; the difference between a batch of N
+and one of 2N leaves the fixed costs (timers, the first request's lazy work) out.
+
+* per plain request: N vs 2N sequential plain chat requests on one keep-alive connection;
+* per streamed chunk: S streams of 16 chunks vs S streams of 144 chunks, one at a time, the
+  chunks ``--gap-ms`` apart (8 ms: under valgrind the gateway runs ~50x slower, and a shorter gap
+  lets events pile up into one read, which makes the count depend on timing) so each upstream read
+  holds one event, as tokens arrive; the difference over
+  the chunk difference leaves the per-request cost out;
+* the same two for ``/v1/responses`` (plain and streamed), where the gateway supports it.
+
+    python bench/callgrind.py [--src DIR] [--label NAME] [--out FILE] [--requests N] [--streams S]
+
+Prints and (with ``--out``) writes one JSON object: instructions per request / per chunk for each
+path. ``--src`` measures another copy of the source (a folder holding ``oaishim``, or its parent).
+Only the gateway's own process is counted (its children, if any, are traced too and summed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import loadgen
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = loadgen.KEY
+SHORT, LONG = 16, 144  # chunks per stream in the two stream batches
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process exited early ({proc.returncode})")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"nothing listening on {port} after {seconds} s")
+
+
+async def batch(url: str, raw: bytes, count: int) -> None:
+    client = await loadgen.connect(url)
+    for _ in range(count):
+        if client.lost:
+            client = await loadgen.connect(url)
+        await client.call(raw)
+    client.transport.close()
+
+
+class Gauge:
+    """The gateway under callgrind, and the counters it can be asked for."""
+
+    def __init__(self, pid: int, folder: Path) -> None:
+        self.pid, self.folder, self.dumps = pid, folder, 0
+
+    def control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.pid)], check=True, capture_output=True, timeout=120)
+
+    def measure(self, url: str, raw: bytes, count: int) -> int:
+        """Instructions spent on ``count`` requests (sequential, one connection)."""
+        self.control("--zero")
+        asyncio.run(batch(url, raw, count))
+        time.sleep(0.3)  # the last response's tail (access log, metrics) runs after the client has it
+        before = set(glob.glob(str(self.folder / "cg.out*")))
+        self.control("--dump")
+        self.dumps += 1
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            new = set(glob.glob(str(self.folder / "cg.out*"))) - before
+            if new:
+                total = sum(_total(Path(p)) for p in new)
+                if total:
+                    keep = os.environ.get("OAISHIM_CALLGRIND_KEEP")  # a folder: keep the dumps (callgrind_annotate)
+                    for p in new:
+                        if keep:
+                            shutil.move(p, Path(keep) / f"{self.dumps:02d}-{Path(p).name}")
+                        else:
+                            os.unlink(p)
+                    return total
+            time.sleep(0.2)
+        raise SystemExit("callgrind wrote no dump")
+
+
+def _total(path: Path) -> int:
+    for _ in range(50):
+        text = path.read_text(errors="replace")
+        found = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.M)
+        if found:
+            return int(found.group(1))
+        time.sleep(0.1)
+    return 0
+
+
+def post_mode(url: str, gap_ms: float) -> None:
+    async def go() -> None:
+        body = orjson.dumps({"gap_ms": gap_ms, "hold": False})
+        host = url.split("//", 1)[1]
+        head = f"POST /_bench/mode HTTP/1.1\r\nhost: {host}\r\ncontent-length: {len(body)}\r\n\r\n"
+        client = await loadgen.connect(url)
+        await client.call(head.encode() + body)
+        client.transport.close()
+
+    asyncio.run(go())
+
+
+def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float) -> dict[str, Any]:
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="oaishim-cg-") as tmp:
+        folder = Path(tmp)
+        up_port, gw_port = free_port(), free_port()
+        upstream = subprocess.Popen([python, str(ROOT / "bench/upstream.py"), str(up_port)], stdout=subprocess.PIPE)
+        env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+        argv = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out.%p", "--trace-children=yes",
+            python, "-m", "oaishim", "serve", "--upstream", f"http://127.0.0.1:{up_port}", "--profile", "vllm",
+            "--served-model-name", "bench", "--api-key", KEY, "--port", str(gw_port), "--log-level", "warning",
+        ]  # fmt: skip
+        gateway = subprocess.Popen(argv, env=env, cwd=tmp, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(up_port, upstream, 30)
+            wait_port(gw_port, gateway, 300)
+            url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+            gauge = Gauge(gateway.pid, folder)
+            plain = loadgen.request_bytes(url, 16, False)
+            out: dict[str, Any] = {}
+            asyncio.run(batch(url, plain, 20))  # warm: profile cached, code paths taken once
+            one, two = gauge.measure(url, plain, requests), gauge.measure(url, plain, 2 * requests)
+            out["plain_request"] = (two - one) / requests
+            post_mode(f"http://127.0.0.1:{up_port}", gap_ms)
+            short, long = loadgen.request_bytes(url, SHORT, True), loadgen.request_bytes(url, LONG, True)
+            asyncio.run(batch(url, long, 2))
+            a, b = gauge.measure(url, short, streams), gauge.measure(url, long, streams)
+            out["stream_chunk"] = (b - a) / ((LONG - SHORT) * streams)
+            one2 = gauge.measure(url, short, 2 * streams)
+            out["stream_request"] = (one2 - a) / streams - SHORT * out["stream_chunk"]
+            if responses:
+                rurl = f"http://127.0.0.1:{gw_port}/v1/responses"
+                post_mode(f"http://127.0.0.1:{up_port}", 0.0)
+                rp = loadgen.request_bytes(rurl, 16, False)
+                asyncio.run(batch(rurl, rp, 10))
+                one, two = gauge.measure(rurl, rp, requests), gauge.measure(rurl, rp, 2 * requests)
+                out["responses_plain_request"] = (two - one) / requests
+                post_mode(f"http://127.0.0.1:{up_port}", gap_ms)
+                rs, rl = loadgen.request_bytes(rurl, SHORT, True), loadgen.request_bytes(rurl, LONG, True)
+                asyncio.run(batch(rurl, rl, 2))
+                a, b = gauge.measure(rurl, rs, streams), gauge.measure(rurl, rl, streams)
+                out["responses_stream_chunk"] = (b - a) / ((LONG - SHORT) * streams)
+            return {k: round(v) for k, v in out.items()}
+        finally:
+            gateway.terminate()
+            upstream.terminate()
+            for proc in (gateway, upstream):
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def source(path: Path) -> Path:
+    for candidate in (path / "src", path):
+        if (candidate / "oaishim" / "__init__.py").exists():
+            return candidate.resolve()
+    raise SystemExit(f"--src: no oaishim package in {path} or {path / 'src'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", type=Path, default=ROOT / "src")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--gap-ms", type=float, default=8.0)
+    parser.add_argument("--no-responses", action="store_true")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    began = time.monotonic()
+    result: dict[str, Any] = {"label": args.label, "requests": args.requests, "streams": args.streams}
+    result |= {
+        "gap_ms": args.gap_ms,
+        **run(source(args.src), args.requests, args.streams, not args.no_responses, args.gap_ms),
+    }
+    result["seconds"] = round(time.monotonic() - began)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

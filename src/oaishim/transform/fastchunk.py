@@ -1,0 +1,92 @@
+"""The common streamed chunk, rewritten with one parse and one serialisation.
+
+Nearly every event of a stream is one token of content for a choice that is already open: one
+choice, a delta holding only ``content`` (other keys null), no finish, no usage. For it the stream
+normaliser's general rules (``transform.stream``) come to one output chunk whose only variable part
+is the text, so :class:`FastChunks` writes the official bytes directly: the envelope up to the
+text rendered once per stream and choice, then the text as JSON, then the fixed end. It is taken
+only when the general path would give exactly these bytes and change no state (the text repair
+lets the text through untouched, see ``TextRepair.passes``); anything else returns None and goes
+the general way. tests/transform/test_fastchunk.py holds both paths to byte-identical output.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from oaishim.transform.stream import StreamNormalizer
+
+_DUMPS = orjson.dumps
+# vLLM's token chunk, whole (fullmatch: no other key, no duplicate, valid JSON numbers, nothing
+# after): a content string without escapes, quotes or control characters is then its value as
+# written, so the event needs no parse; orjson writes such a string back as the same characters.
+_STR = r'"[^"\\\x00-\x1f]*"'
+_VLLM_TOKEN = re.compile(
+    r'\{"id":'
+    + _STR
+    + r',"object":"chat\.completion\.chunk","created":(?:0|[1-9][0-9]{0,17}),"model":'
+    + _STR
+    + r',"choices":\[\{"index":(0|[1-9][0-9]{0,8}),"delta":\{"content":"([^"\\\x00-\x1f]+)"\},'
+    r'"logprobs":null,"finish_reason":null(?:,"token_ids":null)?\}\]\}'
+)
+
+
+class FastChunks:
+    """For one stream's normaliser (chat, official SSE encoding)."""
+
+    __slots__ = ("_heads", "_tail", "normalizer", "usable")
+
+    def __init__(self, normalizer: StreamNormalizer) -> None:
+        ctx = normalizer.ctx
+        self.normalizer = normalizer
+        self.usable = ctx.chat and not ctx.logprobs and not ctx.keep_extensions
+        self._heads: dict[int, bytes] = {}  # by output index: the bytes up to the content text
+        # the chat spec: usage null on every chunk but the last, when the client asked for usage
+        usage = b',"usage":null' if ctx.include_usage else b""
+        self._tail = b'},"logprobs":null,"finish_reason":null}]' + usage + b"}\n\n"
+
+    def event(self, data: str) -> bytes | None:
+        """The client's bytes for one upstream event's data, or None: not the common shape."""
+        norm = self.normalizer
+        if data[:1] != "{" or norm.ended or norm.done or norm.stop_seen:
+            return None
+        token = _VLLM_TOKEN.fullmatch(data)
+        if token is not None:
+            return self._token(int(token[1]), token[2])
+        chunk = orjson.loads(data)  # (a broken event raises here and again on the general path)
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1 or chunk.get("usage") is not None:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return None
+        index = choice.get("index")
+        delta = choice.get("delta")
+        if type(index) is not int or type(delta) is not dict:
+            return None
+        text = delta.get("content")
+        if type(text) is not str or not text:
+            return None
+        if len(delta) > 1 and any(v is not None for k, v in delta.items() if k != "content"):
+            return None  # reasoning, a refusal or tool calls beside the text: the general rules
+        return self._token(index, text)
+
+    def _token(self, index: int, text: str) -> bytes | None:
+        """One content token for upstream choice ``index``, or None if the general rules must see it."""
+        norm = self.normalizer
+        state = norm.choices.get(index)
+        if state is None or state.state != "open" or state.fmt is not None:
+            return None  # (a response_format's check reads every piece of content: the general rules)
+        repair = state.repair
+        if repair is not None and repair.passes(text) != "content":
+            return None
+        head = self._heads.get(state.index)
+        if head is None:
+            ctx = norm.ctx
+            head = self._heads[state.index] = (
+                b'data: {"id":%s,"object":"chat.completion.chunk","created":%s,"model":%s,"choices":[{"index":%d,'
+                b'"delta":{"content":' % (_DUMPS(ctx.response_id), _DUMPS(ctx.created), _DUMPS(ctx.model), state.index)
+            )
+        return head + _DUMPS(text) + self._tail

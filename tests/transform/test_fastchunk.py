@@ -1,0 +1,157 @@
+"""The common chunk's short way (``transform.fastchunk``) gives the bytes the general rules give.
+
+Each stream is fed through two pipes, one with the short way and one without, and every feed's
+output must be byte-identical, for generated streams (text with and without ``<think>`` tags and
+partial tags, several choices, finishes, usage, refusals and reasoning beside the text, malformed
+chunks) at every split point of the body, and for the recorded backend streams.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _props import examples
+from oaishim.transform.context import ResponseContext
+from oaishim.transform.pipe import StreamPipe
+from oaishim.transform.repair import RepairPlan
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+
+
+def context(include_usage: bool, reasoning: bool, starts_in_reasoning: bool, stops: tuple[str, ...]) -> ResponseContext:
+    plan = RepairPlan(reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, stops=stops)
+    return ResponseContext(model="m", include_usage=include_usage, repair=plan, response_id="chatcmpl-x", created=7)
+
+
+def pipes(**options: Any) -> tuple[StreamPipe, StreamPipe]:
+    fast, general = StreamPipe(context(**options)), StreamPipe(context(**options))
+    general._fast = None  # the general rules alone
+    return fast, general
+
+
+def both(pieces: list[bytes], **options: Any) -> tuple[list[bytes], list[bytes]]:
+    fast, general = pipes(**options)
+    a = [fast.feed(p) for p in pieces] + [fast.flush()]
+    b = [general.feed(p) for p in pieces] + [general.flush()]
+    return a, b
+
+
+def event(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def token(text: Any, index: int = 0, finish: Any = None, **delta: Any) -> dict[str, Any]:
+    choice = {"index": index, "delta": {"content": text, **delta}, "logprobs": None, "finish_reason": finish}
+    return {"id": "up", "object": "chat.completion.chunk", "created": 1, "model": "up", "choices": [choice]}
+
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "include_usage": st.booleans(),
+        "reasoning": st.booleans(),
+        "starts_in_reasoning": st.booleans(),
+        "stops": st.sampled_from([(), ("stop",)]),
+    }
+)
+TEXT = st.lists(st.sampled_from(["a", " ", "<", ">", "/", "think", "\n", '"', "é", "🙂", "stop"]), max_size=6).map(
+    "".join
+)
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[bytes]:
+    out = [event(token("", role="assistant"))]
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["text", "text", "text", "second", "reasoning", "refusal", "null", "broken"]))
+        if kind == "text":
+            out.append(event(token(draw(TEXT))))
+        elif kind == "second":
+            out.append(event(token(draw(TEXT), index=1)))
+        elif kind == "reasoning":
+            out.append(event(token(draw(TEXT), reasoning_content=draw(TEXT))))
+        elif kind == "refusal":
+            out.append(event(token(None, refusal=draw(TEXT))))
+        elif kind == "null":
+            out.append(event(token(draw(TEXT), tool_calls=None, reasoning_content=None)))
+        else:
+            out.append(b'data: {"choices": [{"index": 0, "delta": {"content": 5}}]}\n\n')
+    if draw(st.booleans()):
+        out.append(event(token(".", finish="stop")))
+        out.append(event({**token(None), "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+@examples(60)
+@given(streams(), OPTIONS)
+def test_one_read_per_event(events: list[bytes], options: dict[str, Any]) -> None:
+    fast, general = both(events, **options)
+    assert fast == general
+
+
+@examples(15)
+@given(streams(), OPTIONS)
+def test_every_split_point(events: list[bytes], options: dict[str, Any]) -> None:
+    body = b"".join(events)
+    for at in range(len(body) + 1):
+        fast, general = both([body[:at], body[at:]], **options)
+        assert b"".join(fast) == b"".join(general), at
+
+
+@pytest.mark.parametrize("path", sorted(RECORDED.glob("*/*stream*.body")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_recorded_streams(path: Path) -> None:
+    events = [e + b"\n\n" for e in path.read_bytes().split(b"\n\n") if e.strip()]
+    for options in ({"include_usage": True, "reasoning": True, "starts_in_reasoning": False, "stops": ()},):
+        fast, general = both(events, **options)
+        assert fast == general
+
+
+def test_the_common_token_takes_the_short_way() -> None:
+    """Not a vacuous equality: a plain token after the role chunk is written by the short way."""
+    fast, _ = pipes(include_usage=False, reasoning=True, starts_in_reasoning=False, stops=())
+    fast.feed(event(token("", role="assistant")) + event(token("Hi")))  # the role chunk goes out with the first text
+    assert fast._fast is not None
+    assert fast._fast.event(orjson.dumps(token(" the")).decode()) == (
+        b'data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":7,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}\n\n'
+    )
+    assert fast._fast.event(orjson.dumps(token(" <think")).decode()) is None  # a tag may start: the general rules
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"id":"x","object":"chat.completion.chunk","created":01,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"a"},"logprobs":null,"finish_reason":null}]}',  # not JSON: a leading zero
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"a\tb"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',  # a raw tab
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"caf\\u00e9 \\"q\\""},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"<thi"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+        '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"content":"ok \u2028 é 🙂"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+    ],
+)
+def test_vllm_token_events_as_written(raw: str) -> None:
+    """vLLM's token chunk is matched as written (no parse); escapes, bad JSON and tags go the long way."""
+    events = [event(token("", role="assistant")), event(token("Hi")), f"data: {raw}\n\n".encode(), b"data: [DONE]\n\n"]
+    for reasoning in (True, False):
+        options = {"include_usage": False, "reasoning": reasoning, "starts_in_reasoning": False, "stops": ()}
+        fast, general = both(events, **options)
+        assert fast == general
+
+
+def test_such_a_string_is_written_back_as_it_was() -> None:
+    """What the as-written match relies on: orjson writes every character but quote, backslash and
+    the control characters as itself."""
+    for code in range(0x20, 0x110000, 7):
+        if 0xD800 <= code <= 0xDFFF or chr(code) in '"\\':
+            continue
+        assert orjson.dumps(chr(code)) == b'"' + chr(code).encode() + b'"', hex(code)
