@@ -353,7 +353,9 @@ def test_every_issue_15_case_passes_through_the_gateway_with_the_raw_result_besi
             wanted = "cannot tell" if case_id in CANNOT_TELL_THROUGH_THE_GATEWAY else "honoured"
             assert by_side["A"] == wanted, (case_id, parameter, by_side)
             assert by_side["B"] != "not run", (case_id, parameter)  # the raw result is there, beside
-            table.append(f"{case_id:32} {parameter:20} gateway {by_side['A']:12} raw {by_side['B']}  ({raw['outcome']})")
+            table.append(
+                f"{case_id:32} {parameter:20} gateway {by_side['A']:12} raw {by_side['B']}  ({raw['outcome']})"
+            )
     assert [i for i in probed.side("A")["ignored"] if i["case"] in ISSUE_15] == []
     markdown = (probed.out / "report.md").read_text(encoding="utf-8")
     assert all(case_id in markdown for case_id in ISSUE_15)

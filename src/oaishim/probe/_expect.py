@@ -161,6 +161,8 @@ def _tool_call(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict
     except orjson.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict):
+        if views[name].finish_reason() == "length":  # the call was made; the token limit cut its arguments
+            return Verdict("skip", f"cannot tell: the arguments were cut by the token limit ({_short(arguments)})")
         return Verdict("fail", f"step {name}: arguments {_short(arguments)} are not a JSON object text")
     return Verdict("pass", f"called {called}({_short(parsed, 60)})")
 
