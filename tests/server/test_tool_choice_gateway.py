@@ -102,3 +102,39 @@ def test_invalid_arguments_get_a_header_on_a_plain_answer() -> None:
     app, _ = gateway("ollama", Canned(json.dumps(bad).encode()))
     reply = post(app, ASK)
     assert reply.status == 200 and reply.headers["x-oaishim-violations"] == "tool_arguments_invalid"
+
+
+CITY_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
+
+def _answer_with_arguments(arguments: str) -> Canned:
+    body = json.loads(CALL)
+    body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
+    return Canned(json.dumps(body).encode())
+
+
+def test_a_call_whose_arguments_break_the_schema_is_asked_again() -> None:
+    """Ollama cannot force the call (O-1): a call of the right function whose arguments the tool's
+    schema rejects is no better than none; the second answer, which fits, reaches the client."""
+    app, fake = gateway("ollama", _answer_with_arguments('{"town": "Paris"}'), Canned(CALL))
+    reply = post(app, {**ASK, "tools": CITY_TOOLS, "tool_choice": "required"})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+
+
+def test_arguments_breaking_the_schema_twice_are_an_openai_error_also_streamed() -> None:
+    broken = CALL_STREAM.replace(b'{\\"city\\":\\"Paris\\"}', b'{\\"city\\":7}')
+    assert broken != CALL_STREAM
+    app, fake = gateway("ollama", sse(broken), sse(broken))
+    reply = post(app, {**ASK, "tools": CITY_TOOLS, "tool_choice": "required", "stream": True})
+    assert reply.status == 502 and len(fake.seen) == 2, reply.body
+    assert reply.json()["error"]["code"] == "tool_choice_not_honoured"

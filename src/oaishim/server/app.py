@@ -420,6 +420,7 @@ class Gateway:
                 ctx,
                 prepared.stream,
                 self.settings.max_upstream_event_bytes,
+                prepared.tool_schemas,
             )
         if ex is not None:
             ex.opened(response.status)
