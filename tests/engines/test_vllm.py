@@ -520,23 +520,40 @@ def test_every_responses_case_passes_through_the_gateway(phase: Phase) -> None:
     gateway, raw = phase.probe["sides"]["A"], phase.probe["sides"]["B"]
     cases = {c["id"]: c for c in gateway["cases"] if c["id"].startswith("responses.")}
     assert len(cases) == 8
-    failing = [name for name, c in cases.items() if c["outcome"] == "fail" and name != "responses.function-call"]
+    failing = [name for name, c in cases.items() if c["outcome"] == "fail"]
     assert failing == []
-    errors = [f for f in gateway["findings"] if f["severity"] == "error" and f["case"] != "responses.function-call"]
+    errors = [f for f in gateway["findings"] if f["severity"] == "error" and f["case"] in cases]
     assert errors == []
-    raw_errors = [f for f in raw["findings"] if f["severity"] == "error"]
+    raw_errors = [f for f in raw["findings"] if f["severity"] == "error" and f["case"].startswith("responses.")]
     print(f"vLLM {phase.name}: responses.* error-level findings: gateway {len(errors)}, vLLM's own {len(raw_errors)}")
     print(f"vLLM {phase.name}: scores: gateway {gateway['score']['total']}, vLLM's own {raw['score']['total']}")
 
 
+# With the hermes parser vLLM 0.32 forces the call's envelope (``<tool_call>`` and the name) with its
+# structural tag, but the arguments are any JSON: the random model writes a number that never ends
+# (``{"name": "get_weather", "arguments": 7885028502…``). A ``strict: true`` tool pins them to the
+# schema, whose grammar then lets whitespace run on (``disable_any_whitespace`` does not reach the tool
+# grammar); both cut by the token limit, raw and through the gateway, tried live. The probe then cannot
+# tell whether the arguments would have fitted: those checks are "cannot tell", never a failure.
+CUT_ARGUMENTS = "cut by the token limit"
+
+
+def _forced_call_checks_not_passing(phase: Phase, case_id: str) -> list[tuple[str, str, str]]:
+    case = next(c for c in phase.probe["sides"]["A"]["cases"] if c["id"] == case_id)
+    return [(ch["id"], ch["outcome"], ch["message"]) for ch in case["checks"] if ch["outcome"] != "pass"]
+
+
 def test_a_forced_function_call_round_trip_on_vllm(phase: Phase) -> None:
-    """``tool_choice: "required"`` on /v1/responses, then the call's output sent back: without a tool
+    """``tool_choice: "required"`` on /v1/responses, then the call's output sent back. Without a tool
     parser vLLM refuses the forced choice and the gateway resends it with ``structured_outputs: {json}``
-    forcing one call; with the hermes parser vLLM's own JSON-array grammar forces it (whitespace-free
-    JSON, see the module docstring)."""
-    case = next(c for c in phase.probe["sides"]["A"]["cases"] if c["id"] == "responses.function-call")
-    assert case["outcome"] == "pass", [ch["message"] for ch in case["checks"] if ch["outcome"] == "fail"]
-    assert all(ch["outcome"] == "pass" for ch in case["checks"]), case["checks"]
+    forcing one call (whitespace-free JSON, see the module docstring): the round trip passes. With the
+    hermes parser the call's arguments are cut by the token limit (``CUT_ARGUMENTS``): cannot tell."""
+    not_passing = _forced_call_checks_not_passing(phase, "responses.function-call")
+    if phase.name == "no_parsers":
+        assert not_passing == []
+    else:
+        assert [c for c in not_passing if c[1] != "skip"] == []
+        assert any(CUT_ARGUMENTS in message for _, _, message in not_passing), not_passing
 
 
 def _issue_15_table(phase: Phase) -> list[str]:
@@ -548,9 +565,9 @@ def test_every_issue_15_case_passes_through_the_gateway_with_the_raw_result_besi
     """Each issue-15 probe case passes through the gateway with every parameter it measures honoured
     (no check that cannot tell); vLLM's own verdict for each parameter is in the report beside it.
     Steering as the probe does it: ``structured_outputs`` regex for text; for calls the forced choice
-    itself (refused without a parser: the gateway's guided resend) on a ``strict`` tool, whose schema
-    vLLM's tool grammar then pins (without it the random model's arguments never end); thinking off
-    and whitespace-free JSON (the server flag) for the format case."""
+    itself (refused without a parser: the gateway's guided resend; with the hermes parser vLLM's own
+    structural tag, whose arguments the random model never ends: ``CUT_ARGUMENTS``); thinking off and
+    whitespace-free JSON (the server flag) for the format case."""
     print(f"issue 15, vLLM {phase.name}:", *_issue_15_table(phase), sep="\n  ")
     gateway = {c["id"]: c for c in phase.probe["sides"]["A"]["cases"]}
     assert set(ISSUE_15) <= set(gateway)
@@ -564,12 +581,14 @@ def test_every_issue_15_case_passes_through_the_gateway_with_the_raw_result_besi
     # ends (cut by the token limit, raw and through the gateway), and no steering can narrow it without
     # replacing the format it measures. Its json_schema steps are measured.
     object_step = ("format.json-schema", "expect:format-honoured:object")
-    assert {k: v for k, v in not_passing.items() if k != object_step} == {}
-    if object_step in not_passing:
-        assert not_passing[object_step][0] == "skip" and "token limit" in not_passing[object_step][1]
+    # with the hermes parser a forced call's arguments are cut by the token limit (CUT_ARGUMENTS)
+    cut = {k for k, (outcome, message) in not_passing.items() if outcome == "skip" and "token limit" in message}
+    allowed = {object_step} | (cut if phase.name == "parsers" else set())
+    assert {k: v for k, v in not_passing.items() if k not in allowed} == {}
     rows = [r for r in phase.probe["parameters"] if r["case"] in ISSUE_15]
     assert {r["case"] for r in rows} == set(ISSUE_15)
+    cannot_tell = {object_step[0]} | {case for case, _ in cut}
     for r in rows:
-        wanted = {"honoured", "cannot tell"} if r["case"] == object_step[0] else {"honoured"}
+        wanted = {"honoured", "cannot tell"} if r["case"] in cannot_tell else {"honoured"}
         assert r["by_side"]["A"] in wanted and r["by_side"]["B"] != "not run", r
     assert [i for i in phase.probe["sides"]["A"]["ignored"] if i["case"] in ISSUE_15] == []

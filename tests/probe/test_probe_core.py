@@ -304,6 +304,10 @@ def test_a_call_whose_arguments_the_token_limit_cut_cannot_tell_whether_tool_cho
     cut, broken = (c for c in checks if c.id.startswith("expect"))
     assert cut.outcome == "skip" and "cut by the token limit" in cut.message and not cut.ignored
     assert broken.outcome == "fail" and broken.ignored  # finished without the limit: the arguments are the call's
+    finish = Expect("finish-reason", {"step": "cut", "in": ["stop"]})
+    (check,) = [c for c in judge_case(_case(*steps, expect=(finish,)), sent, Context("m"), CheckOptions()).checks
+                if c.id.startswith("expect")]  # fmt: skip
+    assert check.outcome == "skip"  # cut by the limit: how the named choice would have finished is not seen
 
 
 def test_a_special_token_cut_across_chunks_is_found() -> None:
