@@ -138,3 +138,20 @@ def test_arguments_breaking_the_schema_twice_are_an_openai_error_also_streamed()
     reply = post(app, {**ASK, "tools": CITY_TOOLS, "tool_choice": "required", "stream": True})
     assert reply.status == 502 and len(fake.seen) == 2, reply.body
     assert reply.json()["error"]["code"] == "tool_choice_not_honoured"
+
+
+LLAMA_TEXT = (FIXTURES / "llamacpp" / "chat-nonstream.json").read_bytes()
+LLAMA_CALL = (FIXTURES / "llamacpp" / "chat-nonstream-tool-calls.json").read_bytes()
+
+
+def test_llamacpp_answering_required_with_text_is_asked_again_then_an_openai_error() -> None:
+    """llama.cpp is meant to enforce ``required`` with its grammar, yet a live llama-server answered it
+    with text (the tiny model's Hermes-style template): the gateway checks it, never a silent no-op."""
+    app, fake = gateway("llamacpp@b9174", Canned(LLAMA_TEXT), Canned(LLAMA_CALL))
+    reply = post(app, {**ASK, "tool_choice": "required"})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    assert [json.loads(s.body)["tool_choice"] for s in fake.seen] == ["required", "required"]
+    assert reply.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    app, fake = gateway("llamacpp@b9174", Canned(LLAMA_TEXT), Canned(LLAMA_TEXT))
+    reply = post(app, {**ASK, "tool_choice": "required"})
+    assert reply.status == 502 and reply.json()["error"]["code"] == "tool_choice_not_honoured"

@@ -39,8 +39,16 @@ def test_llamacpp_named_choice_offers_only_that_tool_under_required() -> None:
     body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
     assert body["tool_choice"] == "required"
     assert [t["function"]["name"] for t in body["tools"]] == ["get_time"]
-    assert prepared.tool_check is None  # llama.cpp's grammar forces it
+    assert prepared.tool_check == "get_time"  # llama.cpp's grammar is meant to force it; checked all the same
     assert "named_choice_as_required" in prepared.repairs
+
+
+@pytest.mark.parametrize("profile", ["llamacpp@b9174", "llamacpp@0"])
+def test_llamacpp_required_is_sent_as_it_is_and_checked(profile: str) -> None:
+    """Live llama.cpp answered ``required`` with text (the grammar did not hold): verified by the gateway."""
+    body, prepared = sent(profile, tool_choice="required")
+    assert body["tool_choice"] == "required" and prepared.tool_check == ""
+    assert sent(profile, tool_choice="auto")[1].tool_check is None
 
 
 def test_llamacpp_is_told_parallel_calls_are_allowed_when_the_client_left_it_out() -> None:

@@ -10,6 +10,10 @@ A forced choice (``"required"``, or a named function) reaches the backend one of
   function offered); the gateway checks the answer, asks once more when the call is missing, and
   then answers an OpenAI-shaped error (TensorRT-LLM's ``required``, Ollama).
 
+``verify``: the backend is meant to enforce the choice but was seen not to (llama.cpp with a template
+whose tool-call format its grammar does not cover): the answer is checked as for ``retry`` — asked once
+more without the call, then an OpenAI-shaped error — while the choice is still sent its native way.
+
 ``refusal`` is a phrase of the backend's 400 to a forced choice it cannot parse (vLLM started without
 ``--tool-call-parser``); the gateway then resends the request with ``tool_choice: "none"`` and
 ``guided`` (the request field the backend reads a JSON schema from, ``{"json": schema}``) set to the
@@ -34,6 +38,7 @@ class ToolChoiceSupport:
     guided: str | None = None
     none_hides_tools: bool = False  # tool_choice "none": tools (and the choice) are not sent at all
     parallel_default: bool = True  # the backend's own default for parallel_tool_calls
+    verify: bool = False  # check the answer even where the backend is meant to enforce the choice
 
     def __post_init__(self) -> None:
         if self.required == "required":

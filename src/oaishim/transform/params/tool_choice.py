@@ -12,6 +12,8 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
 * A forced choice on a backend that cannot force it (TensorRT-LLM has no ``required``, T-5; Ollama
   ignores ``tool_choice``, O-1): ``auto`` is sent (a named choice offers only that function) and the
   answer is checked: a call of the function, whose arguments fit its ``parameters`` schema.
+* A backend meant to enforce it but seen not to (``verify``, llama.cpp): sent as above, and the answer
+  checked all the same.
 * ``parallel_tool_calls`` left out means ``true`` (the official default): a backend whose default is
   ``false`` (llama.cpp, L-3) is sent ``true``. ``false`` is sent as it is, and the response side keeps
   at most one call whatever the backend did (``ResponseContext.one_tool_call``).
@@ -88,6 +90,8 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     elif choice == "required" and support.required == "retry":
         out["tool_choice"] = "auto"
         check = ""
+    if check is None and support.verify and (choice == "required" or name is not None):
+        check = name or ""  # sent its native way, and the answer still checked
     if check is None:
         return ToolPlan(check, parallel, tuple(repairs))
     repairs.append("tool_choice_checked")
