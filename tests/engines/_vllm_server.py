@@ -33,6 +33,16 @@ PARSERS: tuple[str, ...] = (
     "--structured-outputs-config",
     '{"enable_in_reasoning": true}',
 )
+# JSON grammars without free whitespace. vLLM 0.32 reads ``disable_any_whitespace`` only from this
+# server flag (a request's ``structured_outputs`` field of that name is not read by its xgrammar
+# backend), and without it the random tiny model writes whitespace until the token limit under any
+# JSON grammar (response_format, a forced tool call). The probe's issue-15 phases start with it.
+COMPACT_JSON = '{"backend": "xgrammar", "disable_any_whitespace": true}'
+NO_PARSERS_COMPACT_JSON: tuple[str, ...] = ("--structured-outputs-config", COMPACT_JSON)
+PARSERS_COMPACT_JSON: tuple[str, ...] = (
+    *PARSERS[:-1],
+    '{"enable_in_reasoning": true, "backend": "xgrammar", "disable_any_whitespace": true}',
+)
 
 
 def vllm_python() -> Path | None:

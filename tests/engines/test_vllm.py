@@ -9,6 +9,11 @@ runs every test of one phase, then stops its server before starting the next):
 * ``parsers``: ``--reasoning-parser qwen3 --enable-auto-tool-choice --tool-call-parser hermes`` with
   structured outputs enforced inside reasoning: vLLM splits and parses itself.
 
+Both phases start with ``--structured-outputs-config`` ``disable_any_whitespace`` (xgrammar): vLLM 0.32
+reads that switch only from the server's flag, and without it the random model writes whitespace until
+the token limit under every JSON grammar (``response_format``, the forced tool call's). It is how the
+probe's issue-15 cases (``ISSUE_15``) are steered on this model; it changes no regex-steered case.
+
 The random model's text is junk, so reasoning, tool calls and stops are forced with
 ``structured_outputs.regex`` and ``logit_bias`` 100 on the four tag tokens (so the tags come out as
 single tokens; their ids come from the tiny model's manifest), as in the recordings under
@@ -34,7 +39,7 @@ from typing import Any
 
 import pytest
 from _sdk import node_available, raw_exchange, read_with_node, read_with_python
-from _vllm_server import NO_PARSERS, PARSERS, VllmServer, vllm_python
+from _vllm_server import NO_PARSERS_COMPACT_JSON, PARSERS_COMPACT_JSON, VllmServer, vllm_python
 
 from oaishim.check import CheckOptions, Exchange, Finding, check, exchange_from_bytes
 from oaishim.server.config import ModelRoute, Settings
@@ -46,7 +51,7 @@ from _servers import RunningGateway, free_port  # noqa: E402
 
 pytestmark = pytest.mark.live  # starts real engines (llama.cpp, vLLM) and clients
 
-PHASES = {"no_parsers": NO_PARSERS, "parsers": PARSERS}
+PHASES = {"no_parsers": NO_PARSERS_COMPACT_JSON, "parsers": PARSERS_COMPACT_JSON}
 OPTIONS = CheckOptions(extensions_as_notes=True)  # the reasoning field is an extension, not an error
 TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 
@@ -252,8 +257,22 @@ def _run(phase: Phase, raw_url: str, gateway_url: str) -> None:
         phase.seconds["node_sdk"] = time.monotonic() - started
 
 
+# The probe's cases of issue 15 (parameters mean what they say), run with the responses.* cases.
+ISSUE_15 = (
+    "reasoning.effort-off",
+    "errors.context-overflow",
+    "errors.context-overflow-stream",
+    "tools.forced-choice",
+    "tools.parallel-false",
+    "responses.forced-choice",
+    "params.n-distinct",
+    "format.json-schema",
+)
+
+
 def _probe_responses(gateway_url: str, raw_url: str, out: Path) -> dict[str, Any]:
-    """``oaishim probe`` of the responses.* cases: through the gateway (A) beside vLLM's own /v1/responses (B)."""
+    """``oaishim probe`` of the responses.* and the issue-15 cases: through the gateway (A) beside
+    vLLM's own endpoints (B)."""
     from oaishim.commands.main import main
 
     main(
@@ -265,7 +284,7 @@ def _probe_responses(gateway_url: str, raw_url: str, out: Path) -> dict[str, Any
             "--against",
             raw_url,
             "--cases",
-            "responses.*",
+            ",".join(("responses.*", *ISSUE_15)),
             "--out",
             str(out),
         ]
@@ -501,21 +520,75 @@ def test_every_responses_case_passes_through_the_gateway(phase: Phase) -> None:
     gateway, raw = phase.probe["sides"]["A"], phase.probe["sides"]["B"]
     cases = {c["id"]: c for c in gateway["cases"] if c["id"].startswith("responses.")}
     assert len(cases) == 8
-    failing = [name for name, c in cases.items() if c["outcome"] == "fail" and name != "responses.function-call"]
+    failing = [name for name, c in cases.items() if c["outcome"] == "fail"]
     assert failing == []
-    errors = [f for f in gateway["findings"] if f["severity"] == "error" and f["case"] != "responses.function-call"]
+    errors = [f for f in gateway["findings"] if f["severity"] == "error" and f["case"] in cases]
     assert errors == []
-    raw_errors = [f for f in raw["findings"] if f["severity"] == "error"]
+    raw_errors = [f for f in raw["findings"] if f["severity"] == "error" and f["case"].startswith("responses.")]
     print(f"vLLM {phase.name}: responses.* error-level findings: gateway {len(errors)}, vLLM's own {len(raw_errors)}")
     print(f"vLLM {phase.name}: scores: gateway {gateway['score']['total']}, vLLM's own {raw['score']['total']}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool_choice 'required' on vLLM: without a tool parser vLLM refuses it (400) and the gateway passes the "
-    "refusal on; with the hermes parser the forced call comes back with empty arguments. Making 'required' mean "
-    "what it says on every backend is the parameters issue's work.",
-)
+# With the hermes parser vLLM 0.32 forces the call's envelope (``<tool_call>`` and the name) with its
+# structural tag, but the arguments are any JSON: the random model writes a number that never ends
+# (``{"name": "get_weather", "arguments": 7885028502…``). A ``strict: true`` tool pins them to the
+# schema, whose grammar then lets whitespace run on (``disable_any_whitespace`` does not reach the tool
+# grammar); both cut by the token limit, raw and through the gateway, tried live. The probe then cannot
+# tell whether the arguments would have fitted: those checks are "cannot tell", never a failure.
+CUT_ARGUMENTS = "cut by the token limit"
+
+
+def _forced_call_checks_not_passing(phase: Phase, case_id: str) -> list[tuple[str, str, str]]:
+    case = next(c for c in phase.probe["sides"]["A"]["cases"] if c["id"] == case_id)
+    return [(ch["id"], ch["outcome"], ch["message"]) for ch in case["checks"] if ch["outcome"] != "pass"]
+
+
 def test_a_forced_function_call_round_trip_on_vllm(phase: Phase) -> None:
-    case = next(c for c in phase.probe["sides"]["A"]["cases"] if c["id"] == "responses.function-call")
-    assert case["outcome"] == "pass", [ch["message"] for ch in case["checks"] if ch["outcome"] == "fail"]
+    """``tool_choice: "required"`` on /v1/responses, then the call's output sent back. Without a tool
+    parser vLLM refuses the forced choice and the gateway resends it with ``structured_outputs: {json}``
+    forcing one call (whitespace-free JSON, see the module docstring): the round trip passes. With the
+    hermes parser the call's arguments are cut by the token limit (``CUT_ARGUMENTS``): cannot tell."""
+    not_passing = _forced_call_checks_not_passing(phase, "responses.function-call")
+    if phase.name == "no_parsers":
+        assert not_passing == []
+    else:
+        assert [c for c in not_passing if c[1] != "skip"] == []
+        assert any(CUT_ARGUMENTS in message for _, _, message in not_passing), not_passing
+
+
+def _issue_15_table(phase: Phase) -> list[str]:
+    rows = [r for r in phase.probe["parameters"] if r["case"] in ISSUE_15]
+    return [f"{r['case']:32} {r['parameter']:20} gateway {r['by_side']['A']:12} raw {r['by_side']['B']}" for r in rows]
+
+
+def test_every_issue_15_case_passes_through_the_gateway_with_the_raw_result_beside_it(phase: Phase) -> None:
+    """Each issue-15 probe case passes through the gateway with every parameter it measures honoured
+    (no check that cannot tell); vLLM's own verdict for each parameter is in the report beside it.
+    Steering as the probe does it: ``structured_outputs`` regex for text; for calls the forced choice
+    itself (refused without a parser: the gateway's guided resend; with the hermes parser vLLM's own
+    structural tag, whose arguments the random model never ends: ``CUT_ARGUMENTS``); thinking off and
+    whitespace-free JSON (the server flag) for the format case."""
+    print(f"issue 15, vLLM {phase.name}:", *_issue_15_table(phase), sep="\n  ")
+    gateway = {c["id"]: c for c in phase.probe["sides"]["A"]["cases"]}
+    assert set(ISSUE_15) <= set(gateway)
+    not_passing = {
+        (case, ch["id"]): (ch["outcome"], ch["message"])
+        for case in ISSUE_15
+        for ch in gateway[case]["checks"]
+        if ch["outcome"] != "pass"
+    }
+    # json_object is any object: under that grammar the random model writes one string key that never
+    # ends (cut by the token limit, raw and through the gateway), and no steering can narrow it without
+    # replacing the format it measures. Its json_schema steps are measured.
+    object_step = ("format.json-schema", "expect:format-honoured:object")
+    # with the hermes parser a forced call's arguments are cut by the token limit (CUT_ARGUMENTS)
+    cut = {k for k, (outcome, message) in not_passing.items() if outcome == "skip" and "token limit" in message}
+    allowed = {object_step} | (cut if phase.name == "parsers" else set())
+    assert {k: v for k, v in not_passing.items() if k not in allowed} == {}
+    rows = [r for r in phase.probe["parameters"] if r["case"] in ISSUE_15]
+    assert {r["case"] for r in rows} == set(ISSUE_15)
+    cannot_tell = {object_step[0]} | {case for case, _ in cut}
+    for r in rows:
+        wanted = {"honoured", "cannot tell"} if r["case"] in cannot_tell else {"honoured"}
+        assert r["by_side"]["A"] in wanted and r["by_side"]["B"] != "not run", r
+    assert [i for i in phase.probe["sides"]["A"]["ignored"] if i["case"] in ISSUE_15] == []

@@ -287,6 +287,46 @@ def test_tool_call_and_error_expectations() -> None:
     assert judge_case(_case(*steps, expect=expect[1:2]), sent, unforced, CheckOptions()).checks[-1].outcome == "skip"
 
 
+def test_a_call_whose_arguments_the_token_limit_cut_cannot_tell_whether_tool_choice_worked() -> None:
+    """The backend made the forced call but ``max_tokens`` cut its arguments (vLLM 0.32 constrains only
+    the call's envelope: a random model writes an endless number): not "tool_choice had no effect"."""
+    steps = (Step("cut", body={}), Step("broken", body={}))
+    expect = (
+        Expect("forced-call", {"step": "cut", "name": "get_weather"}, parameter="tool_choice"),
+        Expect("forced-call", {"step": "broken", "name": "get_weather"}, parameter="tool_choice"),
+    )
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "78850285028"}}
+    sent = [
+        _sent("cut", _chat(None, tool_calls=[call], finish="length"), {}),
+        _sent("broken", _chat(None, tool_calls=[call], finish="tool_calls"), {}),
+    ]
+    checks = judge_case(_case(*steps, expect=expect), sent, Context("m"), CheckOptions()).checks
+    cut, broken = (c for c in checks if c.id.startswith("expect"))
+    assert cut.outcome == "skip" and "cut by the token limit" in cut.message and not cut.ignored
+    assert broken.outcome == "fail" and broken.ignored  # finished without the limit: the arguments are the call's
+    finish = Expect("finish-reason", {"step": "cut", "in": ["stop"]})
+    (check,) = [c for c in judge_case(_case(*steps, expect=(finish,)), sent, Context("m"), CheckOptions()).checks
+                if c.id.startswith("expect")]  # fmt: skip
+    assert check.outcome == "skip"  # cut by the limit: how the named choice would have finished is not seen
+
+
+def test_a_gateway_saying_the_unforceable_call_was_not_made_cannot_tell() -> None:
+    """No steering could force a call here, and a gateway that checks forced choices answered its 502
+    ``tool_choice_not_honoured``: the model's doing, not the endpoint's; anywhere else a 502 fails."""
+    steps = (Step("call", body={}),)
+    expect = (Expect("forced-call", {"step": "call", "name": "get_weather"}, parameter="tool_choice"),)
+    error = {"error": {"message": "no call", "type": "server_error", "param": "tool_choice",
+                       "code": "tool_choice_not_honoured"}}  # fmt: skip
+    sent = [_sent("call", orjson.dumps(error), {}, status=502)]
+    unforced = Context("m", tool_calls_forceable=False, steered_tools=frozenset({"call"}))
+    (check,) = [c for c in judge_case(_case(*steps, expect=expect), sent, unforced, CheckOptions()).checks
+                if c.id.startswith("expect")]  # fmt: skip
+    assert check.outcome == "skip"
+    (forced,) = [c for c in judge_case(_case(*steps, expect=expect), sent, Context("m"), CheckOptions()).checks
+                 if c.id.startswith("expect")]  # fmt: skip
+    assert forced.outcome == "fail"  # the call could be forced: the endpoint's error is a failure
+
+
 def test_a_special_token_cut_across_chunks_is_found() -> None:
     def stream(*pieces: str) -> bytes:
         chunks = [{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",

@@ -84,3 +84,37 @@ def test_responses_thinking_off_gives_no_reasoning_item(
         response = orjson.loads(out)
     assert [item["type"] for item in response["output"]] == ["message"]
     assert response["output"][0]["content"][0]["text"] == case["text"]
+
+
+GUARD_REFUSAL = FIXTURES / "trtllm" / "error-unused-template-kwargs.json"  # documented: the guard's 400
+
+
+def test_trtllm_guard_refusing_the_switch_is_asked_again_without_it(backend: Any, gateways: Any) -> None:
+    """TensorRT-LLM 1.4's template guard answers 400 for a chat_template_kwargs key the template does
+    not read: the gateway's enable_thinking goes, the client's own keys stay, and the answer still
+    carries no reasoning."""
+    (case,) = [c for b, c in CASES if b == "trtllm"]
+    answer = (FIXTURES / "trtllm" / case["file"]).read_bytes()
+    refusal = Canned(GUARD_REFUSAL.read_bytes(), 400, "application/json")
+    backend.push(refusal, Canned(answer, content_type=case["content_type"], piece=7))
+    request = {**case["request"], "chat_template_kwargs": {"custom": 1}}
+    status, _headers, out = call(gateways(case["profile"]) + "/v1/chat/completions", "POST", request)
+    assert status == 200, out
+    first, again = (orjson.loads(s.body) for s in backend.seen[-2:])
+    assert first["chat_template_kwargs"] == {"enable_thinking": False, "custom": 1}
+    assert again["chat_template_kwargs"] == {"custom": 1}
+    assert {k: v for k, v in again.items() if k != "chat_template_kwargs"} == {
+        k: v for k, v in first.items() if k != "chat_template_kwargs"
+    }
+    assert _chat_answer(out, False) == (case["text"], [])
+
+
+def test_trtllm_guard_refusing_the_clients_own_kwargs_is_the_clients_error(backend: Any, gateways: Any) -> None:
+    """The client set the switch itself: the guard's 400 is the client's, passed on, not resent."""
+    (case,) = [c for b, c in CASES if b == "trtllm"]
+    backend.push(Canned(GUARD_REFUSAL.read_bytes(), 400, "application/json"))
+    before = len(backend.seen)
+    request = {**case["request"], "chat_template_kwargs": {"enable_thinking": False}}
+    status, _headers, out = call(gateways(case["profile"]) + "/v1/chat/completions", "POST", request)
+    assert status == 400 and len(backend.seen) == before + 1
+    assert "not referenced by the active chat template" in orjson.loads(out)["error"]["message"]

@@ -247,3 +247,56 @@ def test_responses_named_choice_gives_only_the_named_call_plain_and_streamed() -
             added = [e for e in events(reply.body) if e["type"] == "response.output_item.added"]
             assert [(e["output_index"], e["item"]["name"]) for e in added] == [(0, "get_time")]
             assert {e["output_index"] for e in events(reply.body) if "output_index" in e} == {0}
+
+
+CITY_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
+
+def _answer_with_arguments(arguments: str) -> Canned:
+    body = json.loads(CALL)
+    body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
+    return Canned(json.dumps(body).encode())
+
+
+def test_a_call_whose_arguments_break_the_schema_is_asked_again() -> None:
+    """Ollama cannot force the call (O-1): a call of the right function whose arguments the tool's
+    schema rejects is no better than none; the second answer, which fits, reaches the client."""
+    app, fake = gateway("ollama", _answer_with_arguments('{"town": "Paris"}'), Canned(CALL))
+    reply = post(app, {**ASK, "tools": CITY_TOOLS, "tool_choice": "required"})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+
+
+def test_arguments_breaking_the_schema_twice_are_an_openai_error_also_streamed() -> None:
+    broken = CALL_STREAM.replace(b'{\\"city\\":\\"Paris\\"}', b'{\\"city\\":7}')
+    assert broken != CALL_STREAM
+    app, fake = gateway("ollama", sse(broken), sse(broken))
+    reply = post(app, {**ASK, "tools": CITY_TOOLS, "tool_choice": "required", "stream": True})
+    assert reply.status == 502 and len(fake.seen) == 2, reply.body
+    assert reply.json()["error"]["code"] == "tool_choice_not_honoured"
+
+
+LLAMA_TEXT = (FIXTURES / "llamacpp" / "chat-nonstream.json").read_bytes()
+LLAMA_CALL = (FIXTURES / "llamacpp" / "chat-nonstream-tool-calls.json").read_bytes()
+
+
+def test_llamacpp_answering_required_with_text_is_asked_again_then_an_openai_error() -> None:
+    """llama.cpp is meant to enforce ``required`` with its grammar, yet a live llama-server answered it
+    with text (the tiny model's Hermes-style template): the gateway checks it, never a silent no-op."""
+    app, fake = gateway("llamacpp@b9174", Canned(LLAMA_TEXT), Canned(LLAMA_CALL))
+    reply = post(app, {**ASK, "tool_choice": "required"})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    assert [json.loads(s.body)["tool_choice"] for s in fake.seen] == ["required", "required"]
+    assert reply.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    app, fake = gateway("llamacpp@b9174", Canned(LLAMA_TEXT), Canned(LLAMA_TEXT))
+    reply = post(app, {**ASK, "tool_choice": "required"})
+    assert reply.status == 502 and reply.json()["error"]["code"] == "tool_choice_not_honoured"

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from oaishim.profiles._registry import PROFILES
+from oaishim.transform.params.reasoning_effort import THINKING_ON, without_switch
 from oaishim.transform.pipe import StreamPipe, plain_answer
 from oaishim.transform.plan import response_context
 from oaishim.transform.request import prepare, rewrite
@@ -47,7 +48,7 @@ SENT = [
         "max",
         {"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": True, "thinking": True}},
     ),
-    ("trtllm@1.4", "minimal", {"reasoning_effort": "none"}),
+    ("trtllm@1.4", "minimal", {"reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": False}}),
     ("trtllm@1.4", "xhigh", {"reasoning_effort": "high"}),
     ("trtllm@0", "none", {}),
     ("llamacpp@b9174", "minimal", {"reasoning_effort": "minimal", "chat_template_kwargs": {"enable_thinking": False}}),
@@ -217,3 +218,21 @@ def test_a_template_that_opens_think_is_closed_by_the_switch_so_the_answer_is_co
         ]
     )
     assert _seen(_client_stream(pipe.feed(raw) + pipe.flush())) == ("Hello!", "")
+
+
+def test_without_switch_takes_out_only_what_the_gateway_added() -> None:
+    """A TensorRT-LLM guard refusing the switch: the request goes again without it, the client's own
+    template kwargs kept; nothing to take out when the client set the switch itself."""
+    prepared = prepare("chat", _chat("none", chat_template_kwargs={"foo": 1}), PROFILES["trtllm@1.4"])
+    assert prepared.body["chat_template_kwargs"] == {"enable_thinking": False, "foo": 1}
+    again = without_switch(prepared.body, prepared.thinking)
+    assert again is not None and again["chat_template_kwargs"] == {"foo": 1}
+    assert {k: v for k, v in again.items() if k != "chat_template_kwargs"} == {
+        k: v for k, v in prepared.body.items() if k != "chat_template_kwargs"
+    }
+    alone = prepare("chat", _chat("none"), PROFILES["trtllm@1.4"])
+    unswitched = without_switch(alone.body, alone.thinking)
+    assert unswitched is not None and "chat_template_kwargs" not in unswitched
+    own = prepare("chat", _chat("none", chat_template_kwargs={"enable_thinking": False}), PROFILES["trtllm@1.4"])
+    assert without_switch(own.body, own.thinking) is None  # the client's own: the guard's 400 is the client's
+    assert without_switch(prepare("chat", _chat("high"), PROFILES["trtllm@1.4"]).body, THINKING_ON) is None

@@ -12,7 +12,7 @@ from test_late_finish import client_chunks, every_split, relay
 
 from oaishim.profiles import get_profile
 from oaishim.server.config import Settings
-from oaishim.transform.choice_watch import ChoiceWatch, plain_verdict
+from oaishim.transform.choice_watch import ArgumentCheck, ChoiceWatch, plain_verdict
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.params.tool_choice import guided_body, satisfied
 from oaishim.transform.pipe import plain_answer
@@ -51,6 +51,7 @@ def test_llamacpp_required_is_sent_as_it_is_and_checked(profile: str) -> None:
     body, prepared = sent(profile, tool_choice="required")
     assert body["tool_choice"] == "required" and len(body["tools"]) == 2
     assert prepared.tool_check == ""
+    assert sent(profile, tool_choice="auto")[1].tool_check is None
 
 
 def test_llamacpp_second_try_forces_one_call_with_its_json_schema_field() -> None:
@@ -367,3 +368,42 @@ def test_plain_answer_under_a_named_choice_keeps_only_that_function() -> None:
     both = plain(("get_time", "{}"), ("get_time", '{"city": "Paris"}'))
     assert len(plain_answer("chat", 200, both, ctx)["choices"][0]["message"]["tool_calls"]) == 2
     assert ctx.repairs == set()
+
+
+# -- the forced call's arguments against the function's schema ----------------------------------------
+
+CITY = ArgumentCheck(
+    {"get_weather": {"type": "object", "properties": {"city": {"enum": ["Paris"]}}, "required": ["city"]}}
+)
+
+
+def test_plain_verdict_checks_the_arguments_against_the_schema() -> None:
+    ctx = ResponseContext(model="m", tool_mode="required")
+    assert plain_verdict("", 200, plain(("get_weather", '{"city": "Paris"}')), ctx, CITY) == "met"
+    assert plain_verdict("", 200, plain(("get_weather", '{"town": "Paris"}')), ctx, CITY) == "unmet"
+    assert plain_verdict("get_weather", 200, plain(("get_weather", '{"city": 7}')), ctx, CITY) == "unmet"
+    # one fitting call is the forced call; arguments that are not JSON are the relay's to report
+    both = plain(("get_weather", "{}"), ("get_weather", '{"city": "Paris"}'))
+    assert plain_verdict("", 200, both, ctx, CITY) == "met"
+    assert plain_verdict("", 200, plain(("get_weather", "{")), ctx, CITY) == "met"
+    assert plain_verdict("", 200, plain(("get_weather", '{"town": 1}')), ctx) == "met"  # no schema: the name
+
+
+def test_stream_verdict_waits_for_the_arguments_at_every_split_point() -> None:
+    good = sse(call(0, '{"city": ', "get_weather", "u1"), call(0, '"Paris"}'))
+    bad = sse(call(0, '{"city": ', "get_weather", "u1"), call(0, '"Rome"}'))
+    first, second = good.split(b"\n\n")[:2]
+    whole = len(first) + 2 + len(second) + 1  # the end of the data line that makes them whole
+    for raw, wanted in ((good, "met"), (bad, "unmet")):
+        for pieces in every_split(raw):
+            watch = ChoiceWatch("get_weather", ResponseContext(model="m", tool_mode="named"), sse=True,
+                                max_event=1 << 20, arguments=CITY)  # fmt: skip
+            fed, verdicts = 0, []
+            for piece in pieces:
+                fed += len(piece)
+                verdicts.append((fed, watch.feed(piece)))
+                if verdicts[-1][1] is not None:
+                    break
+            decided = [(n, v) for n, v in verdicts if v is not None]
+            assert decided and decided[0][1] == wanted, (pieces, verdicts)
+            assert decided[0][0] >= whole  # not before the arguments are whole

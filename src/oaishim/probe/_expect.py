@@ -20,6 +20,7 @@ from oaishim.probe._view import StepView
 __all__ = ["EXPECTATIONS", "Context", "Verdict"]
 
 Outcome = Literal["pass", "fail", "skip"]
+NOT_HONOURED = "tool_choice_not_honoured"  # a gateway's error for a forced call the model did not make
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +142,21 @@ def _text_cut_at_stop(params: Mapping[str, Any], views: Views, ctx: Context) -> 
     )
 
 
+def _unforceable(views: Views, name: str, ctx: Context) -> Verdict | None:
+    """The call could not be forced here and the endpoint said the model did not make it (a gateway
+    that checks a forced choice answers ``tool_choice_not_honoured``): not the endpoint's fault."""
+    error = views[name].error
+    if name in ctx.steered_tools and not ctx.tool_calls_forceable and error and error.get("code") == NOT_HONOURED:
+        return Verdict(
+            "skip", f"cannot tell: no way was found to make this model call a tool (HTTP {views[name].status})"
+        )
+    return None
+
+
 def _tool_call(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
     name = params["step"]
+    if (unforced := _unforceable(views, name, ctx)) is not None:
+        return unforced
     if (bad := _answered(views[name], name)) is not None:
         return bad
     calls = views[name].tool_calls()
@@ -161,6 +175,8 @@ def _tool_call(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict
     except orjson.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict):
+        if views[name].finish_reason() == "length":  # the call was made; the token limit cut its arguments
+            return Verdict("skip", f"cannot tell: the arguments were cut by the token limit ({_short(arguments)})")
         return Verdict("fail", f"step {name}: arguments {_short(arguments)} are not a JSON object text")
     return Verdict("pass", f"called {called}({_short(parsed, 60)})")
 
@@ -182,6 +198,8 @@ def _finish_reason(params: Mapping[str, Any], views: Views, ctx: Context) -> Ver
     got = views[name].finish_reason()
     if got in wanted:
         return Verdict("pass", f"finish_reason {got!r}")
+    if got == "length":  # the token limit ended it first: how it would have finished is not seen
+        return Verdict("skip", f"cannot tell: step {name} was cut by the token limit (finish_reason 'length')")
     return Verdict("fail", f"step {name}: finish_reason {got!r}, expected {' or '.join(map(repr, wanted))}")
 
 
@@ -403,6 +421,8 @@ def _forced_call(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdi
 
 def _tool_calls_at_most(params: Mapping[str, Any], views: Views, ctx: Context) -> Verdict:
     name, most = params["step"], int(params.get("count", 1))
+    if (unforced := _unforceable(views, name, ctx)) is not None:
+        return unforced
     if (bad := _answered(views[name], name)) is not None:
         return bad
     calls = views[name].tool_calls()

@@ -169,12 +169,17 @@ async def _calibrate_tools(
         opener, newline = await _tokenize(client, dialect, TOOL_CALL_OPEN), await _tokenize(client, dialect, "\n")
         if opener and newline and len(opener) == 1 and len(newline) == 1:
             tries.append(("recipe", {limit: 256, **tool_call_recipe(opener[0], newline[0])}))
+    found: str | None = None
     for name, overlay in tries:
         view = await client.post_json(RESPONSES if responses else "/v1/chat/completions", {**base, **overlay})
         calls = view.tool_calls() if view.ok else []
         if calls and (calls[0].get("function") or {}).get("name") == "get_weather":
-            return name, ({k: v for k, v in overlay.items() if k != limit} if name == "recipe" else {})
-    return "unavailable", {}
+            if name == "recipe":
+                # Also kept when "required" alone is enforced: a step that asks for a call under
+                # tool_choice "auto" can only be steered by the recipe.
+                return found or name, {k: v for k, v in overlay.items() if k != limit}
+            found = name
+    return found or "unavailable", {}
 
 
 async def calibrate(client: _Client, options: ProbeOptions, *, responses: bool = False) -> Steering:

@@ -15,7 +15,8 @@ Text dialects, tried in this order:
 * ``prompt``: no dialect; the text is asked for in the prompt. A real model may comply; cases
   whose expectations need the exact text then report "cannot tell" instead of a failure.
 
-Tool calls: a plain ``tool_choice: "required"`` where the server enforces it; else the recipe the
+Tool calls: a plain ``tool_choice: "required"`` where the server enforces it (a step under ``auto``
+still gets the recipe, where it works); else the recipe the
 recorded llama.cpp traffic uses for Qwen-style templates (``tests/fixtures/recorded/llamacpp-server``):
 ``logit_bias`` +100 on the ``<tool_call>`` and newline tokens, ``stop: ["</tool_call>"]``, one call.
 Token ids come from the server's ``/tokenize`` (llama.cpp and vLLM shapes, also found by effect).
@@ -155,7 +156,8 @@ def steer_body(body: Mapping[str, Any], steer: Mapping[str, Any], steering: Stee
     if steer.get("thinking") is False and (steering.exact_text or steering.tokenize is not None):
         kwargs = out.get("chat_template_kwargs")
         out["chat_template_kwargs"] = {**(kwargs if isinstance(kwargs, Mapping) else {}), "enable_thinking": False}
-    if steer.get("tool_call") and steering.tool_call == "recipe":
+    forced = out.get("tool_choice") == "required" or isinstance(out.get("tool_choice"), Mapping)
+    if steer.get("tool_call") and (steering.tool_call == "recipe" or not forced):
         for key, value in steering.tool_overlay.items():
             if key == "logit_bias" and isinstance(out.get(key), Mapping):
                 out[key] = {**out[key], **value}

@@ -33,6 +33,9 @@ class ReasoningEffortIn:
       on backends that do not do it themselves).
     native_off: the backend itself turns thinking off for what is sent (``reasoning_effort: none``)
       in every template, so the template's own ``<think>`` opening is closed.
+    switch_refusal: a phrase of the backend's 400 to a switch the active template does not read (a
+      guard that checks ``chat_template_kwargs`` against the template); the gateway then sends the
+      request again without the switches it added. None: the backend never refuses them.
     """
 
     efforts: frozenset[str] | None = OFFICIAL_EFFORTS
@@ -40,6 +43,7 @@ class ReasoningEffortIn:
     switch: tuple[str, ...] = ()
     switch_on: bool = False
     native_off: bool = True
+    switch_refusal: str | None = None
 
     def sent(self, effort: str) -> str | None:
         """What is sent as ``reasoning_effort`` for the client's ``effort`` (None: nothing)."""

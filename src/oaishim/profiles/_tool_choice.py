@@ -15,8 +15,9 @@ A forced choice (``"required"``, or a named function) reaches the backend one of
 ``guided`` (the request field the backend reads a JSON schema from, ``{"json": schema}``) set to the
 schema of one call, and reads the JSON the model writes as that call.
 
-``verify``: the backend's own enforcement may not hold, so the answer is checked all the same, and the
-second try is the guided request above (where ``guided`` is set) instead of the same one: llama.cpp's
+``verify``: the backend's own enforcement may not hold (seen on llama.cpp with the tiny model's
+template), so the answer is checked as for ``retry`` — asked once more without the call, then an
+OpenAI-shaped error — while the choice is still sent its native way; the second try is the guided request above (where ``guided`` is set) instead of the same one: llama.cpp's
 ``required`` grammar is lazy on some templates (L-30) and waits for the model to open a call, which a
 model may never do. ``guided_key``: the guided field holds ``{guided_key: schema}`` (vLLM's
 ``structured_outputs: {json: …}``), or the schema itself when None (llama.cpp's ``json_schema``).

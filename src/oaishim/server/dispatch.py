@@ -22,6 +22,7 @@ from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.exchange import current
 from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.params.reasoning_effort import without_switch
 from oaishim.transform.params.tool_choice import guided_body
 from oaishim.transform.request import Endpoint, PreparedRequest
 from oaishim.transform.upstream_errors import normalize_upstream_error
@@ -140,21 +141,24 @@ class Dispatch:
                 ex.fault(failure)
             raise
         body = prepared.body
-        resend = self._resend(prepared, ctx, profile)
-        if response.status == 400 and resend is not None:
+        resends = self._resends(prepared, ctx, profile)
+        if response.status == 400 and resends:
             # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5): the gateway
             # parses tool calls written as text, so it asks again with "none". A forced choice it
-            # refuses is asked again with its guided decoding forcing one call (ToolChoiceSupport).
-            phrase, body, kind = resend
+            # refuses is asked again with its guided decoding forcing one call (ToolChoiceSupport). A
+            # thinking switch the template does not read is refused by TensorRT-LLM's guard: asked
+            # again without it (ReasoningEffortIn.switch_refusal). The refusal's wording says which.
             try:
                 raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
             finally:
                 response.close()
-            if phrase.encode() not in raw:
+            resend = next((r for r in resends if r[0].encode() in raw), None)
+            if resend is None:
                 error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
                 await send_error(send, error, [*extra, *retry_headers(response.headers)])
                 return None
-            log.info("model %s: the backend has no tool-call parser; resending (%s)", route.name, kind)
+            _phrase, body, kind = resend
+            log.info("model %s: the backend refused what it cannot read; resending (%s)", route.name, kind)
             if ex is not None:
                 ex.repaired((kind,))
             response = await upstream.open(route, "POST", path, orjson.dumps(body))
@@ -168,6 +172,7 @@ class Dispatch:
                 prepared.stream,
                 self.settings.max_upstream_event_bytes,
                 profile.tool_choice.unparsed,
+                prepared.tool_schemas,
             )
         if ex is not None:
             ex.opened(response.status)
@@ -184,13 +189,30 @@ class Dispatch:
         return body
 
     @staticmethod
-    def _resend(
+    def _resends(
         prepared: PreparedRequest, ctx: ResponseContext, profile: Profile
-    ) -> tuple[str, dict[str, Any], str] | None:
-        """(the phrase of the refusal, the body to send instead, the repair's kind) for a tool
-        choice the backend may refuse for want of a tool-call parser; None when there is none."""
+    ) -> list[tuple[str, dict[str, Any], str]]:
+        """Each (phrase of a refusal, the body to send instead, the repair's kind) for what the
+        backend may refuse: a tool choice, for want of a tool-call parser; a thinking switch its
+        template does not read."""
+        out: list[tuple[str, dict[str, Any], str]] = []
+        switch_refusal = profile.reasoning_effort_in.switch_refusal
+        unswitched = without_switch(prepared.body, prepared.thinking) if switch_refusal else None
+        if switch_refusal and unswitched is not None:
+            out.append((switch_refusal, unswitched, "thinking_switch_refused"))
         if ctx.repair is None or not ctx.repair.tools:
-            return None
+            return out
+        if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
+            out.append(
+                (profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent")
+            )
+            return out
+        refusal = profile.tool_choice.refusal
+        if refusal and prepared.tool_choice != "auto" and prepared.body.get("tool_choice") == prepared.tool_choice:
+            guided = guided_body(prepared.body, prepared.tool_choice, profile)
+            if guided is not None:
+                out.append((refusal, guided, "tool_choice_guided"))
+        return out
         if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
             return profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent"
         refusal = profile.tool_choice.refusal

@@ -2,7 +2,8 @@
 and asked for once more when it does not (the I/O half; the decision is ``transform.choice_watch``).
 
 Nothing reaches the client before the verdict: a plain answer is read whole, a stream until a call
-of the forced function begins (then what was held and the rest flow on as they come). An answer
+of the forced function begins (with the function's schema: until its arguments are whole and fit it),
+then what was held and the rest flow on as they come. An answer
 without the call is closed and the request sent once more; a second one without it becomes the
 OpenAI-shaped error of ``choice_watch.unmet``. Errors and answers the gateway cannot read are not
 judged here: they go to the client as any other, except the backend's own 500 for a call the model
@@ -13,11 +14,12 @@ the call.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 from oaishim.server.exchange import current
 from oaishim.server.seam import ResponseWrapper, UpstreamResponse
-from oaishim.transform.choice_watch import ChoiceWatch, Verdict, plain_verdict, unmet
+from oaishim.transform.choice_watch import ArgumentCheck, ChoiceWatch, Verdict, plain_verdict, unmet
 from oaishim.transform.context import ResponseContext
 
 log = logging.getLogger("oaishim.gateway")
@@ -42,7 +44,7 @@ class Replayed(ResponseWrapper):
 
 
 async def _judge(
-    response: UpstreamResponse, check: str, ctx: ResponseContext, stream: bool, limit: int
+    response: UpstreamResponse, check: str, ctx: ResponseContext, stream: bool, limit: int, arguments: ArgumentCheck
 ) -> tuple[Verdict, Replayed]:
     held: list[bytes] = []
     if not stream:
@@ -50,8 +52,9 @@ async def _judge(
             held.append(piece)
             if sum(map(len, held)) > limit:  # the relay refuses it: not for the check to judge
                 return "pass", Replayed(response, held, None)
-        return plain_verdict(check, response.status, b"".join(held), ctx), Replayed(response, held, None)
-    watch = ChoiceWatch(check, ctx, sse=response.content_type == "text/event-stream", max_event=limit)
+        return plain_verdict(check, response.status, b"".join(held), ctx, arguments), Replayed(response, held, None)
+    sse = response.content_type == "text/event-stream"
+    watch = ChoiceWatch(check, ctx, sse=sse, max_event=limit, arguments=arguments)
     rest = response.pieces().__aiter__()
     size = 0
     async for piece in rest:
@@ -83,10 +86,13 @@ async def enforce(
     stream: bool,
     limit: int,
     unparsed: str | None = None,
+    schemas: Mapping[str, Any] | None = None,
 ) -> UpstreamResponse:
-    """The answer to relay (the first that has the call), or the ``unmet`` error raised. ``unparsed``:
-    the phrase of the backend's 500 for a call that did not parse (``ToolChoiceSupport.unparsed``)."""
+    """The answer to relay (the first that has the call, its arguments fitting the function's
+    ``schemas`` entry), or the ``unmet`` error raised. ``unparsed``: the phrase of the backend's 500
+    for a call that did not parse (``ToolChoiceSupport.unparsed``)."""
     ex = current()
+    arguments = ArgumentCheck(schemas)
     for attempt in (1, 2):
         if response.status >= 400 and (response.status != 500 or unparsed is None):
             return response
@@ -94,7 +100,7 @@ async def enforce(
             if response.status >= 400:
                 verdict, replayed = await _unparsed(response, unparsed or "", limit)
             else:
-                verdict, replayed = await _judge(response, check, ctx, stream, limit)
+                verdict, replayed = await _judge(response, check, ctx, stream, limit, arguments)
         except BaseException:
             response.close()
             raise

@@ -3,31 +3,80 @@
 Where the backend cannot force a call (``transform.params.tool_choice``: ``ToolPlan.check``), the
 gateway reads the answer before the client sees any of it, until this says yes or no; the server then
 passes it on or asks once more (``server.forced``). A stream is decided as soon as a call of the
-right function has begun: the rest then flows as it comes. The answer is read through the same
+right function has begun (with the offered functions' schemas: once its arguments are whole JSON the
+schema accepts — a call whose arguments break it is no better than none, and is asked again): the rest
+then flows as it comes. The answer is read through the same
 normaliser the client's answer goes through (on a copy of the context, so nothing is counted twice),
 so a call written as text (a backend without a tool parser) counts as the call it becomes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
+
+import jsonschema_rs
+import orjson
 
 from oaishim.transform.context import ResponseContext
-from oaishim.transform.params.tool_choice import satisfied
 from oaishim.transform.pipe import StreamPipe, plain_answer
 from oaishim.wire.errors import OpenAIError
 
-__all__ = ["ChoiceWatch", "Verdict", "plain_verdict", "unmet"]
+__all__ = ["ArgumentCheck", "ChoiceWatch", "Verdict", "plain_verdict", "unmet"]
 
 Verdict = Literal["met", "unmet", "pass"]  # pass: not for this check to judge (an error, an unreadable answer)
+
+
+def _no_remote(uri: str) -> Any:
+    raise ValueError(f"the gateway does not fetch {uri}")
+
+
+class ArgumentCheck:
+    """The offered functions' ``parameters`` schemas, compiled once (jsonschema-rs): do a call's
+    arguments fit? A function without a usable schema is checked by its name only."""
+
+    def __init__(self, schemas: Mapping[str, Any] | None = None) -> None:
+        self.validators: dict[str, Any] = {}
+        for name, schema in (schemas or {}).items():
+            try:
+                self.validators[name] = jsonschema_rs.validator_for(dict(schema), retriever=_no_remote)
+            except (ValueError, TypeError):  # not a valid JSON Schema: the backend judged it already
+                continue
+
+    def fits(self, name: str, arguments: str) -> bool | None:
+        """True: nothing to check, or JSON the schema accepts; False: JSON it rejects; None: not
+        (yet) whole JSON — not for this check (a stream still sending them; the relay reports
+        arguments that never become JSON)."""
+        validator = self.validators.get(name)
+        if validator is None:
+            return True
+        try:
+            value = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return None
+        return bool(validator.is_valid(value))
+
+    def verdict(self, check: str, calls: Sequence[tuple[str, str]], ended: bool) -> Verdict | None:
+        """``met`` when a call of the forced function (any, for ``""``) fits; ``unmet`` when one
+        breaks its schema and none fits, or when the answer ended without a fitting call."""
+        fits = [self.fits(name, arguments) for name, arguments in calls if check in ("", name)]
+        if any(f is True for f in fits):
+            return "met"
+        if any(f is False for f in fits):
+            return "unmet"
+        if ended:
+            return "met" if fits else "unmet"  # the call is there; its arguments never became JSON
+        return None
 
 
 def _scratch(ctx: ResponseContext) -> ResponseContext:
     return replace(ctx, repairs=set(), violations=[])  # what an answer never sent broke is not reported
 
 
-def plain_verdict(check: str | None, status: int, raw: bytes, ctx: ResponseContext) -> Verdict:
+def plain_verdict(
+    check: str | None, status: int, raw: bytes, ctx: ResponseContext, arguments: ArgumentCheck | None = None
+) -> Verdict:
     """The verdict on a whole plain chat answer."""
     if check is None or status >= 400:
         return "pass"
@@ -35,33 +84,38 @@ def plain_verdict(check: str | None, status: int, raw: bytes, ctx: ResponseConte
         body = plain_answer("chat", status, raw, _scratch(ctx))
     except OpenAIError:
         return "pass"  # the client gets that error from the relay
-    names = [
-        call["function"]["name"]
+    calls = [
+        (call["function"]["name"], call["function"].get("arguments") or "")
         for choice in body.get("choices") or ()
         for call in choice["message"].get("tool_calls") or ()
     ]
-    return "met" if satisfied(check, names) else "unmet"
+    return (arguments or ArgumentCheck()).verdict(check, calls, ended=True) or "unmet"
 
 
 class ChoiceWatch:
     """A stream's verdict, piece by piece: ``feed`` gives None until it is decided."""
 
-    def __init__(self, check: str, ctx: ResponseContext, *, sse: bool, max_event: int) -> None:
+    def __init__(
+        self, check: str, ctx: ResponseContext, *, sse: bool, max_event: int, arguments: ArgumentCheck | None = None
+    ) -> None:
         self.check = check
+        self.arguments = arguments or ArgumentCheck()
         self.pipe = StreamPipe(_scratch(ctx), sse=sse, max_event=max_event)
 
     def feed(self, piece: bytes) -> Verdict | None:
         self.pipe.feed(piece)
-        if satisfied(self.check, self.pipe.normalizer.call_names()):
+        verdict = self.arguments.verdict(self.check, self.pipe.normalizer.calls(), self.pipe.ended)
+        if verdict == "met":
             return "met"
         if self.pipe.normalizer.error is not None:
             return "pass"
-        return "unmet" if self.pipe.ended else None
+        return verdict
 
     def end(self) -> Verdict:
         """The upstream body ended before a verdict."""
         self.pipe.flush()
-        if satisfied(self.check, self.pipe.normalizer.call_names()):
+        verdict = self.arguments.verdict(self.check, self.pipe.normalizer.calls(), ended=True)
+        if verdict == "met":
             return "met"
         return "pass" if self.pipe.normalizer.error is not None else "unmet"
 

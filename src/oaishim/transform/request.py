@@ -110,6 +110,8 @@ class PreparedRequest:
     parallel_tool_calls: bool = True
     fan_out: int = 1  # n > 1 on a backend that gives one choice: the copies the request goes out as
     output_format: OutputFormat | None = None  # response_format json_object/json_schema, to check the answer against
+    # the offered functions' parameters, which a checked forced call's arguments must fit (ToolPlan.schemas)
+    tool_schemas: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _text(content: Any) -> str:
@@ -308,4 +310,5 @@ def rewrite(
         parallel_tool_calls=tool_plan.parallel if tool_plan else True,
         fan_out=fan_out,
         output_format=output_format,
+        tool_schemas=tool_plan.schemas if tool_plan else {},
     )

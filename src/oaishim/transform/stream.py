@@ -468,6 +468,10 @@ class StreamNormalizer:
         """The names of the calls sent to the client so far, over all choices."""
         return [c.name for s in self.choices.values() for c in s.made if c.opened and c.name]
 
+    def calls(self) -> list[tuple[str, str]]:
+        """(name, the arguments sent so far) of each call sent to the client, over all choices."""
+        return [(c.name, "".join(c.arguments)) for s in self.choices.values() for c in s.made if c.opened and c.name]
+
     @property
     def stopped(self) -> bool:
         """Every choice is done and a stop string ended one at the gateway: close the upstream.

@@ -32,6 +32,7 @@ class Thinking:
 
     off: bool = False
     closed: bool = False
+    added: tuple[str, ...] = ()  # the chat_template_kwargs switches the gateway set (not the client's own)
 
 
 THINKING_ON = Thinking()  # what a request without reasoning_effort (or with thinking on) gets
@@ -49,15 +50,34 @@ def translate(client: Mapping[str, Any], out: dict[str, Any], profile: Profile, 
     if sent is not None:
         out[FIELD] = sent
     switched = bool(how.switch) and (off or how.switch_on)
+    added: tuple[str, ...] = ()
     if switched:
         kwargs = out.get("chat_template_kwargs")
         if kwargs is None or isinstance(kwargs, Mapping):  # anything else is the client's own affair
             merged: dict[str, Any] = dict.fromkeys(how.switch, not off)
             merged.update(kwargs or {})
             out["chat_template_kwargs"] = merged
+            added = tuple(k for k in how.switch if k not in (kwargs or {}))
     if sent is None and not switched and FIELD not in dropped:
         dropped.append(FIELD)  # nothing of it reaches the backend (with thinking off, the answer still obeys)
-    return Thinking(off=off, closed=off and (switched or (how.native_off and sent in OFF_EFFORTS)))
+    # a switch the backend may refuse (and be asked again without) is not sure to reach the template
+    sure = switched and how.switch_refusal is None
+    return Thinking(off=off, closed=off and (sure or (how.native_off and sent in OFF_EFFORTS)), added=added)
 
 
-__all__ = ["FIELD", "THINKING_ON", "Thinking", "translate"]
+def without_switch(body: Mapping[str, Any], thinking: Thinking) -> dict[str, Any] | None:
+    """``body`` without the switches the gateway added (the client's own ``chat_template_kwargs``
+    stay), for a backend that refused them because its template does not read them (the profile's
+    ``switch_refusal``); None when the gateway added none. The answer then still obeys thinking
+    off: the response side drops any reasoning (``Thinking.off``)."""
+    kwargs = body.get("chat_template_kwargs")
+    if not thinking.added or not isinstance(kwargs, Mapping):
+        return None
+    rest = {k: v for k, v in kwargs.items() if k not in thinking.added}
+    out = {k: v for k, v in body.items() if k != "chat_template_kwargs"}
+    if rest:
+        out["chat_template_kwargs"] = rest
+    return out
+
+
+__all__ = ["FIELD", "THINKING_ON", "Thinking", "translate", "without_switch"]

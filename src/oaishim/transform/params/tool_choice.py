@@ -11,7 +11,9 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
   only that function is offered, under ``required``: the backend's grammar then forces exactly it.
 * A forced choice on a backend that cannot force it (TensorRT-LLM has no ``required``, T-5; Ollama
   ignores ``tool_choice``, O-1): ``auto`` is sent (a named choice offers only that function) and the
-  answer is checked.
+  answer is checked: a call of the function, whose arguments fit its ``parameters`` schema.
+* A backend meant to enforce it but seen not to (``verify``, llama.cpp): sent as above, and the answer
+  checked all the same.
 * ``parallel_tool_calls`` left out means ``true`` (the official default): a backend whose default is
   ``false`` (llama.cpp, L-3) is sent ``true``. ``false`` is sent as it is, and the response side keeps
   at most one call whatever the backend did (``ResponseContext.one_tool_call``).
@@ -29,7 +31,7 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.profiles._base import Profile
@@ -40,11 +42,13 @@ __all__ = ["ToolPlan", "forced_name", "guided_body", "plan_tools", "satisfied"]
 @dataclass(frozen=True, slots=True)
 class ToolPlan:
     """``check``: None when the backend enforces the choice; ``""``: the answer needs some call;
-    a name: it needs a call of that function. ``parallel``: the client allows several calls."""
+    a name: it needs a call of that function. ``parallel``: the client allows several calls.
+    ``schemas``: each offered function's ``parameters``, which a checked call's arguments must fit."""
 
     check: str | None = None
     parallel: bool = True
     repairs: tuple[str, ...] = ()
+    schemas: Mapping[str, Any] = field(default_factory=dict)
 
 
 def forced_name(choice: Any) -> str | None:
@@ -91,11 +95,17 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     elif choice == "required" and support.required == "retry":
         out["tool_choice"] = "auto"
         check = ""
-    if check is None and support.verify and (name is not None or choice == "required"):
-        check = name or ""
-    if check is not None:
-        repairs.append("tool_choice_checked")
-    return ToolPlan(check, parallel, tuple(repairs))
+    if check is None and support.verify and (choice == "required" or name is not None):
+        check = name or ""  # sent its native way, and the answer still checked
+    if check is None:
+        return ToolPlan(check, parallel, tuple(repairs))
+    repairs.append("tool_choice_checked")
+    schemas = {
+        str(t["function"]["name"]): t["function"].get("parameters")
+        for t in out.get("tools") or ()
+        if forced_name(t) is not None and isinstance(t["function"].get("parameters"), Mapping)
+    }
+    return ToolPlan(check, parallel, tuple(repairs), schemas)
 
 
 def satisfied(check: str | None, names: Collection[str]) -> bool:
