@@ -21,13 +21,10 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from _servers import RunningGateway, free_port
-
+from _net import llamacpp_behind_gateway
 from oaishim.check import check, exchange_from_bytes
 from oaishim.commands.main import main
-from oaishim.engine.llamacpp import LlamaServer
 from oaishim.engine.tinymodel import TinyModels, ensure_tiny_models
-from oaishim.server.config import ModelRoute, Settings
 
 pytestmark = pytest.mark.live  # starts llama-server
 MODEL = "tiny"
@@ -43,11 +40,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 @pytest.fixture(scope="module")
 def servers(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(raw llama-server URL, gateway URL); llama.cpp picks its slots (4 on this build)."""
-    log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with LlamaServer(tiny.gguf, alias=MODEL, max_tokens=256, log_path=log) as raw:
-        route = ModelRoute(name=MODEL, upstreams=(raw.url,), profile="llamacpp@b9174")
-        with RunningGateway(Settings(models=(route,), port=free_port(), special_tokens=tiny.special)) as gateway:
-            yield raw.url, gateway.url
+    with llamacpp_behind_gateway(tiny, MODEL, tmp_path_factory.mktemp("llama-server") / "server.log") as urls:
+        yield urls
 
 
 def post(base: str, body: dict[str, Any], path: str = "/v1/chat/completions") -> tuple[int, bytes]:

@@ -28,12 +28,9 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from _servers import RunningGateway, free_port
-
+from _net import llamacpp_behind_gateway
 from oaishim.commands.main import main
-from oaishim.engine.llamacpp import LlamaServer
 from oaishim.engine.tinymodel import TinyModels, ensure_tiny_models
-from oaishim.server.config import ModelRoute, Settings
 
 pytestmark = pytest.mark.live  # starts real engines (llama-server on the tiny model)
 
@@ -106,12 +103,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 @pytest.fixture(scope="module")
 def servers(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(raw llama-server URL, gateway URL)."""
-    log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with LlamaServer(tiny.gguf, alias=ALIAS, max_tokens=256, log_path=log) as raw:
-        route = ModelRoute(name=ALIAS, upstreams=(raw.url,), profile="llamacpp@b9174")
-        settings = Settings(models=(route,), port=free_port(), special_tokens=tiny.special)
-        with RunningGateway(settings) as gateway:
-            yield raw.url, gateway.url
+    with llamacpp_behind_gateway(tiny, ALIAS, tmp_path_factory.mktemp("llama-server") / "server.log") as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")

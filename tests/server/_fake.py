@@ -9,7 +9,9 @@ client limits) keep the real replaying backend and uvicorn.
 
 A test module that sets ``IN_PROCESS = True`` gets these from conftest's ``backend`` and
 ``gateways`` fixtures: ``gateways(...)`` then returns a handle, ``inproc://N``, that :func:`call`
-resolves to the app.
+resolves to the app. :func:`gateway` and :func:`post` are the same without the fixtures, for a test
+that wants a gateway of its own; :func:`stream_body` and :func:`plain_body` build the upstream's
+Chat Completions answers.
 """
 
 from __future__ import annotations
@@ -211,3 +213,58 @@ def inprocess_gateways(backend: FakeUpstream) -> Iterator[Callable[..., str]]:
     yield start
     for handle in made.values():
         asyncio.run(APPS.pop(handle).shutdown())
+
+
+def gateway(profile: str, *answers: Canned) -> tuple[Gateway, FakeUpstream]:
+    """A started gateway with one route ``m`` (``profile``) on a fake upstream that answers ``answers``."""
+    fake = FakeUpstream()
+    fake.push(*answers)
+    app = Gateway(Settings(models=(ModelRoute("m", (BASE,), profile),), state="memory"), fake)
+    asyncio.run(app.startup())
+    return app, fake
+
+
+def post(app: Gateway, body: dict[str, Any], path: str = "/v1/chat/completions") -> Reply:
+    return asyncio.run(_call(app, "POST", path, json.dumps(body).encode(), {}))
+
+
+def sse_answer(body: bytes) -> Canned:
+    """A canned event stream."""
+    return Canned(body, content_type="text/event-stream")
+
+
+# -- upstream answers ----------------------------------------------------------------------------
+USAGE = {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
+
+
+def sse(*events: dict[str, Any] | str) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, str) else json.dumps(e)).encode() + b"\n\n" for e in events)
+
+
+def chunk(finish: Any = None, usage: Any = None, **delta: Any) -> dict[str, Any]:
+    """A chunk of choice 0 (``delta``, ``finish``), or with ``usage`` the usage chunk (no choices)."""
+    choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if usage is None else []
+    body: dict[str, Any] = {
+        "id": "up",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": choices,
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def stream_body(pieces: list[str], finish: str = "stop") -> bytes:
+    """A streamed answer of ``pieces`` ending with ``finish``, then the usage chunk and ``[DONE]``."""
+    events: list[dict[str, Any] | str] = [chunk(role="assistant", content="")]
+    events += [chunk(content=t) for t in pieces]
+    return sse(*events, chunk(finish), chunk(usage=USAGE), "[DONE]")
+
+
+def plain_body(content: str, finish: str = "stop") -> bytes:
+    message = {"role": "assistant", "content": content}
+    body = {"id": "up", "object": "chat.completion", "created": 1, "model": "m", "usage": USAGE}
+    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
+    return json.dumps(body).encode()

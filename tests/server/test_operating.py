@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _fake import BASE, FakeUpstream, Reply, _call
+from _fake import BASE, FakeUpstream, Reply, _call, plain_body, stream_body
 from _servers import Canned
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,39 +26,6 @@ CANARY = "sk-canary-0123456789abcdef-SECRET"
 UPSTREAM_CANARY = "up-canary-9876543210fedcba-SECRET"
 GENERATED = re.compile(r"^req_[0-9a-f]{32}$")
 CHAT = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
-USAGE = {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
-
-
-def sse(*events: dict[str, Any] | str) -> bytes:
-    return b"".join(b"data: " + (e if isinstance(e, str) else json.dumps(e)).encode() + b"\n\n" for e in events)
-
-
-def chunk(finish: Any = None, usage: Any = None, **delta: Any) -> dict[str, Any]:
-    choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if usage is None else []
-    body: dict[str, Any] = {
-        "id": "up",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": choices,
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body
-
-
-def stream_body(text_pieces: list[str]) -> bytes:
-    events: list[dict[str, Any] | str] = [chunk(role="assistant", content="")]
-    events += [chunk(content=t) for t in text_pieces]
-    events += [chunk("stop"), chunk(usage=USAGE), "[DONE]"]
-    return sse(*events)
-
-
-def plain_body(content: str) -> bytes:
-    message = {"role": "assistant", "content": content}
-    body = {"id": "up", "object": "chat.completion", "created": 1, "model": "m", "usage": USAGE}
-    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}]
-    return json.dumps(body).encode()
 
 
 class Harness:

@@ -7,17 +7,15 @@ context overflow is vLLM's documented first-event error, as any backend may stre
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake import BASE, FakeUpstream, _call
+from _fake import gateway, post, sse_answer
 from _servers import Canned
 
 from oaishim.server.app import Gateway
-from oaishim.server.config import ModelRoute, Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CALL = (FIXTURES / "ollama" / "chat-nonstream-tool-calls.json").read_bytes()
@@ -27,22 +25,6 @@ TEXT_STREAM = (FIXTURES / "ollama" / "chat-stream.sse").read_bytes()
 OVERFLOW_SSE = (FIXTURES / "vllm" / "chat-stream-context-overflow.sse").read_bytes()
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
-
-
-def gateway(profile: str, *answers: Canned) -> tuple[Gateway, FakeUpstream]:
-    fake = FakeUpstream()
-    fake.push(*answers)
-    app = Gateway(Settings(models=(ModelRoute("m", (BASE,), profile),), state="memory"), fake)
-    asyncio.run(app.startup())
-    return app, fake
-
-
-def post(app: Gateway, body: dict[str, Any], path: str = "/v1/chat/completions") -> Any:
-    return asyncio.run(_call(app, "POST", path, json.dumps(body).encode(), {}))
-
-
-def sse(body: bytes) -> Canned:
-    return Canned(body, content_type="text/event-stream")
 
 
 def metric(app: Gateway, name: str) -> float:
@@ -69,7 +51,7 @@ def bad_arguments(raw: bytes) -> bytes:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_the_answer_asked_again_for_the_call_reports_no_format_violation_of_the_first(stream: bool) -> None:
     """The first answer (text, not JSON) is never the client's: what it broke is not reported."""
-    first, second = (sse(TEXT_STREAM), sse(CALL_STREAM)) if stream else (Canned(TEXT), Canned(CALL))
+    first, second = (sse_answer(TEXT_STREAM), sse_answer(CALL_STREAM)) if stream else (Canned(TEXT), Canned(CALL))
     app, fake = gateway("ollama", first, second)
     body = {**ASK, "tool_choice": "required", "response_format": {"type": "json_object"}, "stream": stream}
     reply = post(app, body)
@@ -91,7 +73,7 @@ def test_a_fanned_out_plain_answer_reports_invalid_tool_arguments() -> None:
 def test_a_fanned_out_stream_counts_invalid_tool_arguments() -> None:
     cut = CALL_STREAM.replace(b'{\\"city\\":\\"Paris\\"}', b'{\\"city\\":\\"Par')
     assert cut != CALL_STREAM
-    app, _ = gateway("ollama", sse(cut), sse(CALL_STREAM))
+    app, _ = gateway("ollama", sse_answer(cut), sse_answer(CALL_STREAM))
     reply = post(app, {**ASK, "n": 2, "stream": True})
     assert reply.status == 200 and reply.body.endswith(b"data: [DONE]\n\n")
     assert metric(app, 'oaishim_repairs_total{kind="tool_arguments_invalid"}') == 1
@@ -113,8 +95,8 @@ OK_STREAM = (
 )
 OVERFLOW_JSON = json.dumps(json.loads(OVERFLOW_SSE.split(b"\n", 1)[0].removeprefix(b"data: "))).encode()
 REFUSALS = {
-    "error event": sse(OVERFLOW_SSE),
-    "error line": sse(b"error: " + OVERFLOW_JSON + b"\n\n"),  # old llama.cpp
+    "error event": sse_answer(OVERFLOW_SSE),
+    "error line": sse_answer(b"error: " + OVERFLOW_JSON + b"\n\n"),  # old llama.cpp
     "error body": Canned(OVERFLOW_JSON),  # a copy that ignored stream: true answers one JSON body
 }
 
@@ -122,7 +104,7 @@ REFUSALS = {
 @pytest.mark.parametrize("how", list(REFUSALS))
 @pytest.mark.parametrize("refusing", [0, 1], ids=["first-copy", "second-copy"])
 def test_a_fanned_out_stream_refused_before_its_first_chunk_is_the_http_error(how: str, refusing: int) -> None:
-    answers = [sse(OK_STREAM), sse(OK_STREAM)]
+    answers = [sse_answer(OK_STREAM), sse_answer(OK_STREAM)]
     answers[refusing] = REFUSALS[how]
     if refusing == 1:  # the other copy's first chunk comes after the refusal (a comment, then slowly)
         answers[0] = Canned(b": x\n\n" + OK_STREAM, content_type="text/event-stream", piece=5, delay=0.005)
@@ -135,7 +117,7 @@ def test_a_fanned_out_stream_refused_before_its_first_chunk_is_the_http_error(ho
 
 def test_a_fanned_out_stream_that_began_keeps_a_later_refusal_as_its_last_event() -> None:
     late = Canned(b": x\n\n" + OVERFLOW_SSE, content_type="text/event-stream", piece=5, delay=0.002)
-    app, _ = gateway("llamacpp@0", sse(OK_STREAM), late)
+    app, _ = gateway("llamacpp@0", sse_answer(OK_STREAM), late)
     reply = post(app, {"model": "m", "messages": [{"role": "user", "content": "long"}], "n": 2, "stream": True})
     assert reply.status == 200
     assert b"context_length_exceeded" in reply.body.rsplit(b"data: ", 1)[1]

@@ -43,6 +43,12 @@ def _sent(backend: Any) -> dict[str, Any]:
     return body
 
 
+def _push(backend: Any, backend_name: str, case: dict[str, Any]) -> None:
+    """The case's recorded answer, queued to arrive in 7-byte pieces."""
+    raw = (FIXTURES / backend_name / case["file"]).read_bytes()
+    backend.push(Canned(raw, content_type=case["content_type"], piece=7))
+
+
 def _check_upstream(case: dict[str, Any], sent: dict[str, Any]) -> None:
     for key, value in case["upstream"].items():
         assert sent.get(key) == value, key
@@ -54,8 +60,7 @@ def _check_upstream(case: dict[str, Any], sent: dict[str, Any]) -> None:
 def test_chat_thinking_off_reaches_the_backend_and_no_reasoning_the_client(
     backend: Any, gateways: Any, backend_name: str, case: dict[str, Any]
 ) -> None:
-    raw = (FIXTURES / backend_name / case["file"]).read_bytes()
-    backend.push(Canned(raw, content_type=case["content_type"], piece=7))
+    _push(backend, backend_name, case)
     status, _headers, out = call(gateways(case["profile"]) + "/v1/chat/completions", "POST", case["request"])
     assert status == 200, out
     _check_upstream(case, _sent(backend))
@@ -66,8 +71,7 @@ def test_chat_thinking_off_reaches_the_backend_and_no_reasoning_the_client(
 def test_responses_thinking_off_gives_no_reasoning_item(
     backend: Any, gateways: Any, backend_name: str, case: dict[str, Any]
 ) -> None:
-    raw = (FIXTURES / backend_name / case["file"]).read_bytes()
-    backend.push(Canned(raw, content_type=case["content_type"], piece=7))
+    _push(backend, backend_name, case)
     chat = case["request"]
     stream = chat.get("stream") is True
     body = {"model": chat["model"], "input": "hi", "reasoning": {"effort": chat["reasoning_effort"]}, "store": False}

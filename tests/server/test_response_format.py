@@ -66,6 +66,13 @@ def metric(url: str, model: str) -> float:
     return 0.0
 
 
+def violating(gateways: Any) -> tuple[dict[str, Any], Canned, str, float]:
+    """The Ollama answer that violates its schema, a route ``qwen3:8b`` and its violation count so far."""
+    entry, canned = case("ollama", "chat-nonstream-json-schema-violation")
+    url = gateways("ollama", name="qwen3:8b")
+    return entry, canned, url, metric(url, "qwen3:8b")
+
+
 @pytest.mark.parametrize(
     ("backend_name", "profile", "name"),
     [
@@ -108,9 +115,7 @@ def test_ollama_json_filed_as_reasoning_reaches_the_client_as_content(backend: F
 def test_a_violation_is_reported_never_passed_silently(
     backend: FakeUpstream, gateways: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    entry, canned = case("ollama", "chat-nonstream-json-schema-violation")
-    url = gateways("ollama", name="qwen3:8b")
-    before = metric(url, "qwen3:8b")
+    entry, canned, url, before = violating(gateways)
     backend.push(canned)
     with caplog.at_level(logging.WARNING, logger="oaishim.exchange"):
         status, headers, out = chat(url, {**entry["request"], "model": "qwen3:8b"})
@@ -124,9 +129,7 @@ def test_a_violation_is_reported_never_passed_silently(
 def test_a_streamed_violation_is_logged_and_counted(
     backend: FakeUpstream, gateways: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    entry, _ = case("ollama", "chat-nonstream-json-schema-violation")
-    url = gateways("ollama", name="qwen3:8b")
-    before = metric(url, "qwen3:8b")
+    entry, _, url, before = violating(gateways)
     chunks = [
         {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1, "model": "qwen3:8b",
          "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}

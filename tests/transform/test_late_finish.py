@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import pytest
+from _pipes import every_split
 
 from oaishim.check import check, exchange_from_bytes
 from oaishim.transform.context import ResponseContext
@@ -80,10 +81,6 @@ def relay(raw_pieces: list[bytes], ctx: ResponseContext) -> bytes:
     """What the relay does with the upstream bytes: the stream pipe, flushed at the end of the body."""
     pipe = StreamPipe(ctx)
     return b"".join(pipe.feed(piece) for piece in raw_pieces) + pipe.flush()
-
-
-def every_split(raw: bytes) -> list[list[bytes]]:
-    return [[p for p in (raw[:i], raw[i:]) if p] for i in range(len(raw) + 1)]
 
 
 def client_chunks(out: bytes) -> list[dict[str, Any]]:

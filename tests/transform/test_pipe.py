@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from _pipes import every_split, feed_until_closed, run
 
 from oaishim.check import check, exchange_from_bytes
 from oaishim.transform.context import ResponseContext
@@ -50,21 +51,6 @@ UPSTREAM = sse(
     {"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "up", "choices": [], "usage": USAGE},
     "[DONE]",
 )
-
-
-def every_split(raw: bytes) -> list[list[bytes]]:
-    return [[p for p in (raw[:i], raw[i:]) if p] for i in range(len(raw) + 1)]
-
-
-def run(pieces: list[bytes], ctx: ResponseContext, **options: Any) -> tuple[bytes, StreamPipe]:
-    """What the shell does: feed each read, stop reading when the pipe says so, then flush."""
-    pipe = StreamPipe(ctx, **options)
-    out = b""
-    for piece in pieces:
-        out += pipe.feed(piece)
-        if pipe.close_upstream:
-            break
-    return out + pipe.flush(), pipe
 
 
 def events(raw: bytes) -> list[Any]:
@@ -122,11 +108,7 @@ def test_a_stop_at_the_gateway_closes_the_upstream_in_the_read_that_found_it() -
     upstream = sse(chunk(role="assistant", content=""), chunk(content="one END two"), chunk(content=" three"))
     for pieces in every_split(upstream + b"data: {half"):
         pipe = StreamPipe(ctx)
-        out = b""
-        for piece in pieces:
-            out += pipe.feed(piece)
-            if pipe.close_upstream:
-                break
+        out = feed_until_closed(pipe, pieces)
         assert pipe.close_upstream and pipe.ended  # nothing after the stop is needed: the end is out
         assert b"".join(pipe.feed(piece) for piece in pieces) == b""  # whatever comes later
         assert pipe.flush() == b"" and pipe.feed(b"data: [DONE]\n\n") == b""

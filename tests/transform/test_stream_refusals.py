@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
+from _pipes import every_split, run
 
 from oaishim.transform.context import ResponseContext
-from oaishim.transform.pipe import StreamPipe, plain_answer
+from oaishim.transform.pipe import plain_answer
 from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.wire.errors import OpenAIError
 
@@ -30,20 +31,6 @@ LLAMA_OLD_FIELD = (
     b'"type":"exceed_context_size_error","n_prompt_tokens":5011,"n_ctx":4096}\n\n'
     b"data: [DONE]\n\n"
 )
-
-
-def every_split(raw: bytes) -> list[list[bytes]]:
-    return [[raw]] + [[raw[:i], raw[i:]] for i in range(1, len(raw))]
-
-
-def run(pieces: list[bytes], ctx: ResponseContext) -> tuple[bytes, StreamPipe]:
-    pipe = StreamPipe(ctx)
-    out = b""
-    for piece in pieces:
-        out += pipe.feed(piece)
-        if pipe.close_upstream:
-            break
-    return out + pipe.flush(), pipe
 
 
 @pytest.mark.parametrize(("chat", "param"), [(True, "messages"), (False, "prompt")])

@@ -65,7 +65,53 @@ def reindex(index: Index, directory: Path) -> int:
     return added
 
 
-class CaptureWriter:
+class Drained:
+    """A bounded queue of finished exchanges, drained by one thread: what the thread writer (below)
+    and the capture process's sender (``server.capture_process.RemoteWriter``) share. The request
+    path only calls :meth:`submit`; a subclass defines ``_run``, the thread's loop."""
+
+    def __init__(self, queue_size: int, interval: float) -> None:
+        self.queue_size = queue_size
+        self.interval = interval
+        self.queue: deque[RawExchange] = deque()
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, exchange: RawExchange) -> bool:
+        """Queue one finished exchange; False (and counted) when the queue is full."""
+        if len(self.queue) >= self.queue_size:
+            self._drop(1, "capture queue full")
+            return False
+        self.queue.append(exchange)  # deque.append is atomic: no lock, no wake-up
+        return True
+
+    def _drop(self, count: int, why: str) -> None:
+        before, self.dropped = self.dropped, self.dropped + count
+        if before.bit_length() != self.dropped.bit_length():  # 1, 2, 4, 8…: reported, but not per request
+            log.warning("%s: %d exchange(s) dropped so far", why, self.dropped)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _start_thread(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self, timeout: float, late: str) -> bool:
+        """Stop the thread, waiting at most ``timeout`` seconds (``late`` logged past them); False
+        when it was not running."""
+        if self._thread is None:
+            return False
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning(late, timeout)
+        self._thread = None
+        return True
+
+
+class CaptureWriter(Drained):
     def __init__(
         self,
         directory: Path,
@@ -76,50 +122,28 @@ class CaptureWriter:
         interval: float = 0.05,
         warm_up: Callable[[], object] | None = None,
     ) -> None:
+        super().__init__(queue_size, interval)
         self.directory = directory
         self.build = build
         self.warm_up = warm_up  # run first in the thread: the first record should not pay for loading
         self.max_file_bytes = max_file_bytes
-        self.queue_size = queue_size
-        self.interval = interval
-        self.queue: deque[RawExchange] = deque()
-        self._stop = threading.Event()
-        self.dropped = 0
         self.written = 0
         self.failed = 0
-        self._thread: threading.Thread | None = None
         self._fd = -1
         self._number = 0
         self._size = 0
         self._index: Index | None = None
 
-    # -- the request path ------------------------------------------------------------------------
-    def submit(self, exchange: RawExchange) -> bool:
-        """Queue one finished exchange; False (and counted) when the queue is full."""
-        if len(self.queue) >= self.queue_size:
-            self.dropped += 1
-            if self.dropped & (self.dropped - 1) == 0:  # 1, 2, 4, 8…: reported, but not per request
-                log.warning("capture queue full: %d exchange(s) dropped so far", self.dropped)
-            return False
-        self.queue.append(exchange)  # deque.append is atomic: no lock, no wake-up
-        return True
-
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> CaptureWriter:
         self.open_files()  # in the caller's thread, so a folder that cannot be written fails at once
-        self._thread = threading.Thread(target=self._run, name="oaishim-capture-writer", daemon=True)
-        self._thread.start()
+        self._start_thread("oaishim-capture-writer")
         return self
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is queued, then stop. Waits at most ``timeout`` seconds."""
-        if self._thread is None:
+        if not self._stop_thread(timeout, "capture writer did not drain its queue within %g s"):
             return
-        self._stop.set()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("capture writer did not drain its queue within %g s", timeout)
-        self._thread = None
         log.info("capture: %d exchange(s) written, %d dropped, %d failed", self.written, self.dropped, self.failed)
 
     # -- the writer thread ---------------------------------------------------------------------------

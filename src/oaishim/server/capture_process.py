@@ -34,14 +34,14 @@ import socket
 import struct
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
+from oaishim.capture.store import Drained
 from oaishim.server.asgi import Scope
 from oaishim.server.config import Settings
 from oaishim.server.knobs import usable_cores
-from oaishim.server.recording import CheckBudget, Recorder, Recording, gateway_check_options
+from oaishim.server.recording import CheckBudget, Recorder, Recording, recording_for
 from oaishim.server.workers import die_with_parent
 
 log = logging.getLogger("oaishim.capture")
@@ -54,49 +54,24 @@ STOP_WAIT = 30.0  # seconds the writer waits for its connections to end once ask
 
 
 # -- the serving processes' side --------------------------------------------------------------------
-class RemoteWriter:
+class RemoteWriter(Drained):
     """The capture writer of a serving process: a bounded queue, drained by a thread into the
     capture process's socket."""
 
     def __init__(self, address: Path, *, queue_size: int = 1024, interval: float = 0.02) -> None:
+        super().__init__(queue_size, interval)
         self.address = address
-        self.queue_size = queue_size
-        self.interval = interval
-        self.queue: deque[RawExchange] = deque()
-        self.dropped = 0
         self.sent = 0
         self._sent_dropped = 0
         self._sock: socket.socket | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def submit(self, exchange: RawExchange) -> bool:
-        """Queue one finished exchange; False (and counted) when the queue is full."""
-        if len(self.queue) >= self.queue_size:
-            self._drop(1, "capture queue full")
-            return False
-        self.queue.append(exchange)  # atomic: no lock, no wake-up
-        return True
-
-    def _drop(self, count: int, why: str) -> None:
-        before, self.dropped = self.dropped, self.dropped + count
-        if before.bit_length() != self.dropped.bit_length():  # 1, 2, 4, 8…: reported, not per request
-            log.warning("%s: %d exchange(s) dropped so far", why, self.dropped)
 
     def start(self) -> RemoteWriter:
         self._sock = self._connect()  # here, so a gateway without its capture process fails at startup
-        self._thread = threading.Thread(target=self._run, name="oaishim-capture-sender", daemon=True)
-        self._thread.start()
+        self._start_thread("oaishim-capture-sender")
         return self
 
     def close(self, timeout: float = 30.0) -> None:
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("capture: the queue was not sent within %g s", timeout)
-        self._thread = None
+        self._stop_thread(timeout, "capture: the queue was not sent within %g s")
 
     def _connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -165,16 +140,9 @@ class RemoteRecording:
 # -- the capture process ----------------------------------------------------------------------------
 def writer_recording(settings: Settings) -> Recording:
     """The recording the capture process builds records with (the gateway's redaction and checks)."""
-    assert settings.capture_dir is not None
-    secrets = [*settings.client_keys, *(route.upstream_api_key for route in settings.models)]
-    return Recording(
-        settings.capture_dir,
-        mode="gateway",
-        secrets=secrets,
-        redact_paths=settings.capture_redact,
-        client_options=gateway_check_options(settings),
-        check_budget=CheckBudget(share=WRITER_CHECK_SHARE),
-    )
+    recording = recording_for(settings, CheckBudget(share=WRITER_CHECK_SHARE))
+    assert recording is not None, "the capture process runs only with --capture DIR"
+    return recording
 
 
 class CaptureProcess:

@@ -213,9 +213,10 @@ class Recording:
         return Recorder(self.writer, scope, self.mode)
 
 
-def recording_for(settings: Settings) -> Recording | None:
+def recording_for(settings: Settings, check_budget: CheckBudget | None = None) -> Recording | None:
     """The gateway's recording (``--capture DIR``), or None. The gateway's keys and the upstream
-    keys are scrubbed from records wherever they appear, besides the redacted headers."""
+    keys are scrubbed from records wherever they appear, besides the redacted headers. The capture
+    process passes its own ``check_budget``."""
     if settings.capture_dir is None:
         return None
     secrets = [*settings.client_keys, *(route.upstream_api_key for route in settings.models)]
@@ -225,6 +226,7 @@ def recording_for(settings: Settings) -> Recording | None:
         secrets=secrets,
         redact_paths=settings.capture_redact,
         client_options=gateway_check_options(settings),
+        check_budget=check_budget,
     )
 
 

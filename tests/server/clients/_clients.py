@@ -61,6 +61,22 @@ def run_json(argv: list[str], timeout: float, env: dict[str, str] | None = None,
 EMBEDDED_SHAPE = "llama.cpp on the tiny random-weight model (`oaishim serve`, no upstream)"
 
 
+def run_cases(
+    argv: list[str],
+    cases: tuple[str, ...],
+    client: str,
+    via: str,
+    env: dict[str, str] | None = None,
+    shape: str = SHAPE,
+) -> Any:
+    """Run one client's cases in a process of its own (``argv``), check that it ran exactly ``cases``
+    and record the results for the matrix: -> its report."""
+    result = run_json(argv, timeout=240, env=env)
+    assert set(result["cases"]) == set(cases)
+    record(client, via, result["versions"], result["cases"], shape)
+    return result
+
+
 def record(
     client: str, via: str, versions: dict[str, str], cases: dict[str, dict[str, Any]], shape: str = SHAPE
 ) -> None:

@@ -2,16 +2,9 @@
 // NODE_PATH set to the install of scripts/install-clients.
 //   node aisdk.mjs PROVIDER BASE_URL  ->  one JSON line: {"versions": {...}, "cases": {CASE: {ok, detail}}}
 // PROVIDER: "openai-compatible" (createOpenAICompatible(...).chatModel) or "openai" (createOpenAI(...).chat).
-import { createRequire } from "node:module";
-import path from "node:path";
-
-const root = process.env.OAISHIM_AISDK;  // the folder holding node_modules
-const require = createRequire(path.join(root, "package.json"));
-const load = (name) => import(require.resolve(name));
-const { generateText, streamText, tool, stepCountIs } = await load("ai");
-const { z } = await load("zod");
-const { createOpenAICompatible } = await load("@ai-sdk/openai-compatible");
-const { createOpenAI } = await load("@ai-sdk/openai");
+import {
+  createOpenAI, createOpenAICompatible, expect, generateText, report, stepCountIs, streamText, tool, z,
+} from "./_aisdk.mjs";
 
 const [provider, baseURL] = process.argv.slice(2);
 const HELLO = "Hello! How can I help you today?";
@@ -21,9 +14,6 @@ const model = provider === "openai"
   ? createOpenAI({ baseURL, apiKey: "sk-test" }).chat("qwen3")
   : createOpenAICompatible({ baseURL, name: "local", apiKey: "sk-test" }).chatModel("qwen3");
 
-function expect(ok, detail) {
-  if (!ok) throw new Error(detail);
-}
 function plain(text, want = HELLO) {
   expect(!text.includes("<think>"), `<think> markup in the text: ${JSON.stringify(text.slice(0, 60))}`);
   expect(text === want, `text ${JSON.stringify(text.slice(0, 80))}, wanted ${JSON.stringify(want)}`);
@@ -70,19 +60,4 @@ if (provider !== "openai") {
   };
 }
 
-const results = {};
-for (const [name, run] of Object.entries(cases)) {
-  ran.length = 0;
-  try {
-    await run();
-    results[name] = { ok: true, detail: "" };
-  } catch (error) {
-    const detail = `${error?.name ?? "Error"}: ${error?.message ?? error}`;
-    results[name] = { ok: false, detail: detail.replace(/\s+/g, " ").slice(0, 300) };
-  }
-}
-const version = (name) => require(`${name}/package.json`).version;
-const versions = { ai: version("ai"), zod: version("zod") };
-versions[provider === "openai" ? "@ai-sdk/openai" : "@ai-sdk/openai-compatible"] =
-  version(provider === "openai" ? "@ai-sdk/openai" : "@ai-sdk/openai-compatible");
-console.log(JSON.stringify({ versions, cases: results }));
+await report(cases, ran, provider === "openai" ? "@ai-sdk/openai" : "@ai-sdk/openai-compatible");

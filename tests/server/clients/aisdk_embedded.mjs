@@ -8,16 +8,9 @@
 // a named tool choice on step 0 (prepareStep), `toolChoice: 'none'` on step 1, and a tool whose only argument
 // is `city` with `enum: ["Tokyo"]` (a zod enum). Each case asserts what the client must do: the answer arrives
 // with a finish reason (the random model's text may hold any token, tags included), the tool runs with the steered arguments and the step after it completes.
-import { createRequire } from "node:module";
-import path from "node:path";
-
-const root = process.env.OAISHIM_AISDK;  // the folder holding node_modules
-const require = createRequire(path.join(root, "package.json"));
-const load = (name) => import(require.resolve(name));
-const { generateText, streamText, tool, stepCountIs } = await load("ai");
-const { z } = await load("zod");
-const { createOpenAICompatible } = await load("@ai-sdk/openai-compatible");
-const { createOpenAI } = await load("@ai-sdk/openai");
+import {
+  createOpenAI, createOpenAICompatible, expect, generateText, report, stepCountIs, streamText, tool, z,
+} from "./_aisdk.mjs";
 
 const [provider, baseURL, thinkId] = process.argv.slice(2);  // thinkId: the `<think>` token's id
 const MODEL = "tiny";
@@ -31,9 +24,6 @@ const model = {
   "openai-responses": () => openai(MODEL),
 }[provider]();
 
-function expect(ok, detail) {
-  if (!ok) throw new Error(detail);
-}
 // "length": the answer was cut at maxOutputTokens (Responses: `incomplete`), as OpenAI ends it
 const ENDED = ["stop", "length"];
 function arrived(text, finishReason) {
@@ -121,19 +111,4 @@ if (provider === "openai-compatible") {
   };
 }
 
-const results = {};
-for (const [name, run] of Object.entries(cases)) {
-  ran.length = 0;
-  try {
-    await run();
-    results[name] = { ok: true, detail: "" };
-  } catch (error) {
-    const detail = `${error?.name ?? "Error"}: ${error?.message ?? error}`;
-    results[name] = { ok: false, detail: detail.replace(/\s+/g, " ").slice(0, 300) };
-  }
-}
-const version = (name) => require(`${name}/package.json`).version;
-const versions = { ai: version("ai"), zod: version("zod") };
-const package_ = provider === "openai-compatible" ? "@ai-sdk/openai-compatible" : "@ai-sdk/openai";
-versions[package_] = version(package_);
-console.log(JSON.stringify({ versions, cases: results }));
+await report(cases, ran, provider === "openai-compatible" ? "@ai-sdk/openai-compatible" : "@ai-sdk/openai");

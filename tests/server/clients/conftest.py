@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from _clients import VIAS
+from _clients import VIAS, embedded_gateway
 from _reasoner import Reasoner
 from _servers import Replayer
 
@@ -27,3 +28,10 @@ def base_url(reasoner: Reasoner, backend: Replayer, gateways: Any) -> Callable[[
         return (backend.url if via == "direct" else gateways(VIAS[via])) + "/v1"
 
     return url
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``oaishim serve`` on the embedded engine, one per module: (its /v1 base URL, its log)."""
+    with embedded_gateway(tmp_path_factory.mktemp("embedded")) as served:
+        yield served

@@ -17,11 +17,10 @@ arguments and the turn after it completes, the structured output parses.
 import asyncio
 import json
 import os
-import sys
-import traceback
 from collections.abc import Callable
-from importlib.metadata import version
 from typing import Any, Literal
+
+from _cases import Cases, expect, litellm_stream, main
 
 MODEL = "tiny"
 KEY = "sk-test"
@@ -46,11 +45,6 @@ def get_weather_impl(city: City) -> str:
     """The current weather in a city."""
     calls.append(city)
     return f"Sunny, 21 C in {city}"
-
-
-def expect(ok: bool, detail: str) -> None:
-    if not ok:
-        raise AssertionError(detail)
 
 
 def text_arrived(text: Any, finish: Any = "stop") -> None:
@@ -216,18 +210,7 @@ def litellm_cases(base: str) -> dict[str, Callable[[], None]]:
     litellm.suppress_debug_info = True
 
     def stream(**extra: Any) -> Any:
-        chunks = list(
-            litellm.completion(
-                model="openai/" + MODEL,
-                api_base=base,
-                api_key=KEY,
-                messages=extra.pop("messages", [{"role": "user", "content": "Hi there"}]),
-                stream=True,
-                num_retries=0,
-                **extra,
-            )
-        )
-        return litellm.stream_chunk_builder(chunks).choices[0]
+        return litellm_stream(litellm, base, MODEL, KEY, **extra)
 
     def stream_text() -> None:
         choice = stream(max_tokens=SHORT)
@@ -298,7 +281,7 @@ def llamaindex(base: str) -> dict[str, Callable[[], None]]:
     return {"chat": chat, "stream_chat": stream_chat, "chat_with_tools": tool_call}
 
 
-CLIENTS: dict[str, tuple[Callable[[str], dict[str, Callable[[], None]]], tuple[str, ...]]] = {
+CLIENTS: dict[str, tuple[Cases, tuple[str, ...]]] = {
     "langchain-openai": (langchain, ("langchain-openai", "langchain-core", "openai")),
     "langchain-openai (Responses)": (langchain_responses, ("langchain-openai", "langchain-core", "openai")),
     "openai-agents": (agents, ("openai-agents", "openai")),
@@ -308,24 +291,5 @@ CLIENTS: dict[str, tuple[Callable[[str], dict[str, Callable[[], None]]], tuple[s
 }
 
 
-def main() -> None:
-    name, base = sys.argv[1], sys.argv[2]
-    build, packages = CLIENTS[name]
-    results: dict[str, dict[str, Any]] = {}
-    for case, run in build(base).items():
-        calls.clear()
-        try:
-            run()
-            results[case] = {"ok": True, "detail": ""}
-        except Exception as exc:  # the client's own error is a result too
-            detail = f"{type(exc).__name__}: {exc}" if not isinstance(exc, AssertionError) else str(exc)
-            results[case] = {
-                "ok": False,
-                "detail": " ".join(detail.split())[:300],
-                "trace": traceback.format_exc()[-2000:],
-            }
-    print(json.dumps({"versions": {p: version(p) for p in packages}, "cases": results}))
-
-
 if __name__ == "__main__":
-    main()
+    main(CLIENTS, calls)

