@@ -37,6 +37,7 @@ class Canned:
     cut_after: int | None = None  # close the connection after this many body bytes
     headers: dict[str, str] = field(default_factory=dict)
     head_delay: float = 0.0  # seconds to wait before sending the status line (a slow first byte)
+    hold: threading.Event | None = None  # wait for this (at most 10 s) before the status line: busy until released
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Replayer:
                 try:
                     if canned.head_delay:
                         time.sleep(canned.head_delay)
+                    if canned.hold is not None:
+                        canned.hold.wait(10)
                     self.send_response(canned.status)
                     self.send_header("content-type", canned.content_type)
                     for key, value in canned.headers.items():
