@@ -28,6 +28,33 @@ settings.register_profile(
 settings.load_profile(os.environ.get("OAISHIM_HYPOTHESIS_PROFILE", "ci"))
 
 
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns ``numprocesses`` into workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The fast suite, ``pytest -m "not live"`` with no paths, runs on every core (at most 4) when
+    pytest-xdist is installed (the ``dev`` extra): its tests are independent, each worker starts its
+    own servers on free ports. Any other selection stays in one process: the live tests start real
+    engines, which must not run two at a time, and a run of a few files would spend more on starting
+    workers than it saves. ``-n 0`` (or ``-p no:xdist``) keeps the fast suite in one process too."""
+    option = config.option
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if option.numprocesses is not None or option.dist != "no" or option.collectonly or option.usepdb:
+        return  # the command line chose, or a run that cannot be distributed
+    if " ".join(option.markexpr.split()) != "not live" or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return
+    workers = min(_cpus(), 4)
+    if workers > 1:
+        option.numprocesses = workers
+        option.dist = "worksteal"  # a worker that runs out takes tests from the other: the durations are uneven
+
+
 def _missing(why: str) -> None:
     # CI installs PostgreSQL (.ci/run): a missing server there is a failure, not a quiet skip.
     if os.environ.get("CI"):

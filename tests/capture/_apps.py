@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ import aiohttp
 import orjson
 import uvicorn
 
+from _uvicorn import ThreadServer
 from oaishim.capture.build import build_record
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse
 from oaishim.capture.redact import Redactor
@@ -44,22 +44,15 @@ class RunningApp:
             server_header=False,
             date_header=False,
         )
-        self.server = uvicorn.Server(config)
+        self.server = ThreadServer(config)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
 
     def __enter__(self) -> RunningApp:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the app did not start")
-            time.sleep(0.01)
+        self.server.start("the app")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.server.stop()
 
 
 def sse(*chunks: Mapping[str, Any] | str) -> list[bytes]:

@@ -160,7 +160,8 @@ def test_proxy_answers_an_unreachable_upstream_and_records_it(tmp_path: Path) ->
 def test_gateway_records_a_client_that_goes_away(tmp_path: Path) -> None:
     recorded = tmp_path / "slow"
     sent = prepare("chat", CHAT, get_profile("vllm@0.32")).body  # what the gateway sends
-    write_store(recorded, [backend_record(sent, chat_chunks(["x"] * 40), step_ms=50)])
+    # 0.8 s of stream: the client leaves after the first piece, long before the end
+    write_store(recorded, [backend_record(sent, chat_chunks(["x"] * 14), step_ms=50)])
     with RunningApp(MockBackend(Playbook.of(CaptureReader(recorded).records()), "original")) as mock:
         settings = Settings(
             models=(ModelRoute("tiny", (mock.url,), profile="vllm@0.32"),), capture_dir=tmp_path / "cap"
@@ -175,7 +176,9 @@ def test_gateway_records_a_client_that_goes_away(tmp_path: Path) -> None:
                     await response.content.readany()
 
             asyncio.run(leave_early())
-            time.sleep(0.3)
+            deadline = time.monotonic() + 5  # until the gateway has noticed and its writer has written
+            while not list(CaptureReader(tmp_path / "cap").records()) and time.monotonic() < deadline:
+                time.sleep(0.01)
     (record,) = CaptureReader(tmp_path / "cap").records()
     assert record["error"] == "the client went away before the response ended"
     assert record["client"]["response"]["complete"] is False

@@ -9,7 +9,6 @@ real engine. Real engines are exercised in the engine integration tests. Both se
 
 from __future__ import annotations
 
-import asyncio
 import select
 import socket
 import threading
@@ -21,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
-import uvicorn
 
+from _uvicorn import ThreadServer
 from oaishim.server.app import Gateway
 from oaishim.server.config import Settings
 from oaishim.server.main import limits_for, uvicorn_config
@@ -38,6 +37,7 @@ class Canned:
     cut_after: int | None = None  # close the connection after this many body bytes
     headers: dict[str, str] = field(default_factory=dict)
     head_delay: float = 0.0  # seconds to wait before sending the status line (a slow first byte)
+    hold: threading.Event | None = None  # wait for this (at most 10 s) before the status line: busy until released
 
 
 @dataclass
@@ -92,6 +92,8 @@ class Replayer:
                 try:
                     if canned.head_delay:
                         time.sleep(canned.head_delay)
+                    if canned.hold is not None:
+                        canned.hold.wait(10)
                     self.send_response(canned.status)
                     self.send_header("content-type", canned.content_type)
                     for key, value in canned.headers.items():
@@ -123,7 +125,7 @@ class Replayer:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
 
     def __enter__(self) -> Replayer:
         self.thread.start()
@@ -166,19 +168,12 @@ class RunningGateway:
         config = uvicorn_config(
             self.app, "127.0.0.1", settings.port, limits_for(settings), loop="asyncio", log_level="warning"
         )
-        self.server = uvicorn.Server(config)
+        self.server = ThreadServer(config)
         self.url = f"http://127.0.0.1:{settings.port}"
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
 
     def __enter__(self) -> RunningGateway:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the gateway did not start")
-            time.sleep(0.01)
+        self.server.start("the gateway")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.server.stop()

@@ -12,6 +12,7 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,11 +34,12 @@ def connect(url: str) -> socket.socket:
 
 
 def read_answer(sock: socket.socket, wait: float = 5.0) -> tuple[int, dict[str, str], bytes]:
-    """The one response on the connection (read up to the server's close)."""
+    """The one response on the connection: read up to the end of its declared body, or up to the
+    server's close when it declares none (a kept-alive connection is not waited out)."""
     sock.settimeout(wait)
     data = b""
     try:
-        while piece := sock.recv(65536):
+        while not _complete(data) and (piece := sock.recv(65536)):
             data += piece
     except (ConnectionResetError, TimeoutError):
         pass
@@ -46,6 +48,17 @@ def read_answer(sock: socket.socket, wait: float = 5.0) -> tuple[int, dict[str, 
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
     return int(status_line.split()[1]), headers, body
+
+
+def _complete(data: bytes) -> bool:
+    head, ended, body = data.partition(b"\r\n\r\n")
+    if not ended:
+        return False
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            return len(body) >= int(value)
+    return False
 
 
 def official_refusal(answer: tuple[int, dict[str, str], bytes], status: int) -> dict[str, Any]:
@@ -160,8 +173,10 @@ def test_at_the_connection_bound_a_busy_gateway_answers_503(backend: Replayer, g
     body = json.dumps({"model": "x", "messages": [{"role": "user", "content": "hi"}]}).encode()
     request = CHAT_HEAD + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     reply = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "x", "choices": []})
-    backend.push(*[Canned(reply.encode(), head_delay=1.5) for _ in range(3)])
+    busy_until = threading.Event()
+    backend.push(*[Canned(reply.encode(), hold=busy_until) for _ in range(3)])
     with ExitStack() as stack:
+        stack.callback(busy_until.set)
         busy = [stack.enter_context(connect(url)) for _ in range(3)]
         for sock in busy:
             sock.sendall(request)
@@ -171,6 +186,7 @@ def test_at_the_connection_bound_a_busy_gateway_answers_503(backend: Replayer, g
         with connect(url) as extra:
             error = official_refusal(read_answer(extra, wait=2), 503)
         assert error["type"] == "server_error"
+        busy_until.set()
         for sock in busy:  # the requests in progress were not disturbed
             assert read_answer(sock)[0] == 200
 

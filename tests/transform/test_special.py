@@ -470,7 +470,7 @@ CLEANUP_FRAGMENTS = [*FRAGMENTS, "<s>", "</s>", "s>", "</", "<|x|>", "<||>", "<|
 MIXED = QWEN3.union(SpecialTokens.from_config(end_of_turn=["[e~["]))
 
 
-@examples(500)
+@examples(250)  # a sample: test_cleanup_of_named_markup_at_every_two_splits is the exhaustive one
 @given(
     parts=st.lists(st.sampled_from(CLEANUP_FRAGMENTS), max_size=20),
     cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=10),
