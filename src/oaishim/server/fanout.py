@@ -18,9 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from oaishim.server.asgi import Headers, Message, Send, send_error, send_json
+from oaishim.server.asgi import Headers, Message, Send, send_error
 from oaishim.server.exchange import current as current_exchange
-from oaishim.server.relay import Head, read_all
+from oaishim.server.relay import Head, fault, read_all, send_answer
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.fanin import FanIn, merge_plain
@@ -121,21 +121,14 @@ async def _plain(
     limit: int,
     before: tuple[Mapping[str, Any], ...],
 ) -> None:
-    ex = current_exchange()
     try:
         raws = await asyncio.gather(*(read_all(r, limit) for r in responses))
         bodies = [upstream_body(r.status, raw, ctx) for r, raw in zip(responses, raws, strict=True)]
-        began = time.perf_counter()
-        out = normalize_body(prepared.endpoint, merge_plain([*before, *bodies]), ctx)
     except OpenAIError as error:
-        if ex is not None:
-            ex.fault(error)
-            ex.violated(ctx)  # an answer that broke its response_format (the error policy)
+        fault(error)
         await send_error(send, error, extra)
         return
-    if ex is not None:
-        ex.answered(ctx, out, time.perf_counter() - began)
-    await send_json(send, 200, out, extra)
+    await send_answer(lambda: normalize_body(prepared.endpoint, merge_plain([*before, *bodies]), ctx), ctx, send, extra)
 
 
 async def _stream(
@@ -245,16 +238,5 @@ async def native_plain(
         )
         await fan_out(open_one, prepared, ctx, send, extra, limit, prepared.n - have, first=have, before=(body,))
         return True
-    try:
-        began = time.perf_counter()
-        out = normalize_body(prepared.endpoint, body, ctx)
-    except OpenAIError as error:
-        if ex is not None:
-            ex.fault(error)
-            ex.violated(ctx)  # an answer that broke its response_format (the error policy)
-        await send_error(send, error, extra)
-        return False
-    if ex is not None:
-        ex.answered(ctx, out, time.perf_counter() - began)
-    await send_json(send, 200, out, extra)
+    await send_answer(lambda: normalize_body(prepared.endpoint, body, ctx), ctx, send, extra)
     return False

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
@@ -62,16 +62,31 @@ async def relay_plain(
         fault(error)
         await send_error(send, error, extra)
         return
+    failed = response.status >= 400
+    retry = retry_headers(response.headers) if failed else []
+    await send_answer(lambda: plain_answer(endpoint, response.status, raw, ctx), ctx, send, extra, failed, retry)
+
+
+async def send_answer(
+    build: Callable[[], dict[str, Any]],
+    ctx: ResponseContext,
+    send: Send,
+    extra: Headers,
+    upstream_failed: bool = False,
+    error_headers: Headers | None = None,
+) -> None:
+    """Send the official plain answer ``build()`` makes (a 200, with what it violated: see
+    ``Exchange.answered``), or the OpenAI error it raised. ``upstream_failed``: the backend's own
+    error answer is being rewritten, so an error is the backend's, not a fault of its answer."""
     ex = current_exchange()
     began = time.perf_counter()
     try:
-        out = plain_answer(endpoint, response.status, raw, ctx)
+        out = build()
     except OpenAIError as error:
-        if ex is not None and response.status < 400:
+        if ex is not None and not upstream_failed:
             ex.fault(error)  # a body that cannot be read, or an answer that broke its response_format
             ex.violated(ctx)
-        retry = retry_headers(response.headers) if response.status >= 400 else []
-        await send_error(send, error, [*extra, *retry])
+        await send_error(send, error, [*extra, *(error_headers or ())])
         return
     except Exception:
         log.exception("response %s (model %s): failed to relay the upstream body", ctx.response_id, ctx.model)
@@ -82,7 +97,7 @@ async def relay_plain(
         return
     if ex is not None:
         ex.answered(ctx, out, time.perf_counter() - began)
-    await send_json(send, 200, out, extra)  # with what it violated (Exchange.answered)
+    await send_json(send, 200, out, extra)
 
 
 def fault(error: OpenAIError) -> None:
