@@ -30,7 +30,13 @@ import orjson
 from oaishim.transform import _parts
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.encode import ChatSSEEncoder, Encoder
-from oaishim.transform.pipe import DEFAULT_MAX_EVENT, plain_as_chunk, upstream_too_large
+from oaishim.transform.pipe import (
+    DEFAULT_MAX_EVENT,
+    fail_on_error_lines,
+    plain_as_chunk,
+    refused_before_any_chunk,
+    upstream_too_large,
+)
 from oaishim.transform.stream import Chunk, StreamNormalizer
 from oaishim.transform.upstream_errors import is_error_body
 from oaishim.wire.errors import OpenAIError, upstream_error
@@ -114,10 +120,7 @@ class FanIn:
         """The error a copy sent in its stream before the client had any chunk (any copy's), else
         None: as for one upstream (``StreamPipe.refused``), the shell can still answer it as the
         HTTP status, the one answer to the whole request."""
-        normalizer = self.normalizer
-        if self.ended and self.chunks == 0 and normalizer.upstream_error:
-            return normalizer.error
-        return None
+        return refused_before_any_chunk(self.normalizer, self.ended, self.chunks)
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, copy: int, piece: bytes) -> bytes:
@@ -242,11 +245,7 @@ class FanIn:
         return b"".join(out)
 
     def _field_errors(self, decoder: SSEDecoder) -> None:
-        """Old llama.cpp sends a failure as an ``error:`` line (see StreamPipe): it fails the stream."""
-        for name, value in decoder.unknown_fields:
-            if name == "error":
-                self.normalizer.upstream_failed(value)
-        decoder.unknown_fields.clear()
+        fail_on_error_lines(decoder, self.normalizer)
 
     def _id(self) -> str:
         return self.normalizer.ctx.response_id

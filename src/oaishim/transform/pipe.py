@@ -95,6 +95,22 @@ def plain_as_chunk(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "choices": choices, "usage": body.get("usage")}
 
 
+def refused_before_any_chunk(normalizer: StreamNormalizer, ended: bool, chunks: int) -> OpenAIError | None:
+    """The error the upstream sent in its stream before the client had any chunk (``chunks`` given to
+    the encoder), once the stream has ended; else None."""
+    if ended and chunks == 0 and normalizer.upstream_error:
+        return normalizer.error
+    return None
+
+
+def fail_on_error_lines(decoder: SSEDecoder, normalizer: StreamNormalizer) -> None:
+    """Old llama.cpp sends a failure as an ``error:`` line, which clients ignore: it fails the stream."""
+    for name, value in decoder.unknown_fields:
+        if name == "error":
+            normalizer.upstream_failed(value)
+    decoder.unknown_fields.clear()
+
+
 class StreamPipe:
     """One client stream. ``feed(piece)`` takes each piece of the upstream body as read and returns
     the client's bytes for it; ``flush()`` ends it at the end of the body; ``fail(error)`` ends it
@@ -145,10 +161,7 @@ class StreamPipe:
         The shell holds the 200 until the first chunk, so such an error can still be the HTTP answer,
         as OpenAI's is (it refuses a request, a context overflow say, before it streams). The
         gateway's own failures (a cut or oversized stream, a deadline) stay the stream's last event."""
-        normalizer = self.normalizer
-        if self.ended and self.chunks == 0 and normalizer.upstream_error:
-            return normalizer.error
-        return None
+        return refused_before_any_chunk(self.normalizer, self.ended, self.chunks)
 
     def feed(self, piece: bytes) -> bytes:
         if self.ended:  # also once close_upstream is set
@@ -248,11 +261,7 @@ class StreamPipe:
         out += self.encoder.end() if error is None else self.encoder.fail(error)
 
     def _field_errors(self, decoder: SSEDecoder) -> None:
-        """Old llama.cpp sends a failure as an ``error:`` line, which clients ignore: it fails the stream."""
-        for name, value in decoder.unknown_fields:
-            if name == "error":
-                self.normalizer.upstream_failed(value)
-        decoder.unknown_fields.clear()
+        fail_on_error_lines(decoder, self.normalizer)
 
     def _id(self) -> str:
         return self.normalizer.ctx.response_id
