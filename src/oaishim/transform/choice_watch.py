@@ -16,20 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-import jsonschema_rs
 import orjson
 
 from oaishim.transform.context import ResponseContext
+from oaishim.transform.params.response_format import local_validator
 from oaishim.transform.pipe import StreamPipe, plain_answer
 from oaishim.wire.errors import OpenAIError
 
 __all__ = ["ArgumentCheck", "ChoiceWatch", "Verdict", "plain_verdict", "unmet"]
 
 Verdict = Literal["met", "unmet", "pass"]  # pass: not for this check to judge (an error, an unreadable answer)
-
-
-def _no_remote(uri: str) -> Any:
-    raise ValueError(f"the gateway does not fetch {uri}")
 
 
 class ArgumentCheck:
@@ -40,7 +36,7 @@ class ArgumentCheck:
         self.validators: dict[str, Any] = {}
         for name, schema in (schemas or {}).items():
             try:
-                self.validators[name] = jsonschema_rs.validator_for(dict(schema), retriever=_no_remote)
+                self.validators[name] = local_validator(schema)
             except (ValueError, TypeError):  # not a valid JSON Schema: the backend judged it already
                 continue
 

@@ -46,9 +46,15 @@ def _no_remote(uri: str) -> Any:
     raise ValueError(f"the gateway does not fetch {uri}")
 
 
+def local_validator(schema: Mapping[str, Any]) -> Any:
+    """A client's JSON Schema compiled (jsonschema-rs); a ``$ref`` outside it is never fetched.
+    Raises ValueError for what is not a valid JSON Schema."""
+    return jsonschema_rs.validator_for(dict(schema), retriever=_no_remote)
+
+
 def _compile(schema: Mapping[str, Any]) -> Any:
     try:
-        return jsonschema_rs.validator_for(dict(schema), retriever=_no_remote)
+        return local_validator(schema)
     except ValueError as exc:  # jsonschema_rs.ValidationError: the schema is not a valid JSON Schema
         first = str(exc).split("\n", 1)[0]
         raise bad_request(
