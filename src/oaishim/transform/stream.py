@@ -429,8 +429,9 @@ class StreamNormalizer:
                 upstream = "stop"
                 self.stop_seen = True
             self.ctx.repairs.update(state.repair.applied())
+        made_calls = any(c.opened for c in state.made)  # (the repair's flush may have opened a call)
         if state.fmt is not None:  # reasoning held back: the answer (moved to the content) or reasoning
-            reasoning, content = state.fmt.end(any(c.opened for c in state.calls.values()), self.ctx)
+            reasoning, content = state.fmt.end(made_calls, self.ctx)
             out += self._reasoning_now(state, reasoning) + self._content_now(state, content)
         if self.ctx.chat and state.state == "waiting":
             out += self._open(state, "content")
@@ -438,7 +439,6 @@ class StreamNormalizer:
             if not call.opened and call.pending_args and not call.dropped:  # never named: give its text back
                 out += self._content(state, call.pending_args)
         self._number(state)
-        made_calls = any(c.opened for c in state.made)
         reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
         if reason != "length":  # arguments cut by the limit are short, as at OpenAI
             bad = [c.index for c in state.made if c.opened and not _parts.is_json("".join(c.arguments))]
@@ -463,10 +463,6 @@ class StreamNormalizer:
                 out += self._finish(state, state.held)
         self._held.clear()
         return out
-
-    def call_names(self) -> list[str]:
-        """The names of the calls sent to the client so far, over all choices."""
-        return [c.name for s in self.choices.values() for c in s.made if c.opened and c.name]
 
     def calls(self) -> list[tuple[str, str]]:
         """(name, the arguments sent so far) of each call sent to the client, over all choices."""
