@@ -46,13 +46,12 @@ class Replayed(ResponseWrapper):
 async def _judge(
     response: UpstreamResponse, check: str, ctx: ResponseContext, stream: bool, limit: int, arguments: ArgumentCheck
 ) -> tuple[Verdict, Replayed]:
-    held: list[bytes] = []
     if not stream:
-        async for piece in response.pieces():
-            held.append(piece)
-            if sum(map(len, held)) > limit:  # the relay refuses it: not for the check to judge
-                return "pass", Replayed(response, held, None)
+        held, whole = await _read_held(response, limit)
+        if not whole:  # the relay refuses it: not for the check to judge
+            return "pass", Replayed(response, held, None)
         return plain_verdict(check, response.status, b"".join(held), ctx, arguments), Replayed(response, held, None)
+    held = []
     sse = response.content_type == "text/event-stream"
     watch = ChoiceWatch(check, ctx, sse=sse, max_event=limit, arguments=arguments)
     rest = response.pieces().__aiter__()
@@ -70,12 +69,23 @@ async def _judge(
 
 async def _unparsed(response: UpstreamResponse, phrase: str, limit: int) -> tuple[Verdict, Replayed]:
     """An error answer: "unmet" when it is the backend's own failure to parse the call the model began."""
+    held, whole = await _read_held(response, limit)
+    if not whole:
+        return "pass", Replayed(response, held, None)
+    return ("unmet" if phrase.encode() in b"".join(held) else "pass"), Replayed(response, held, None)
+
+
+async def _read_held(response: UpstreamResponse, limit: int) -> tuple[list[bytes], bool]:
+    """The body's pieces, kept to be replayed, up to the first that takes it past ``limit``; and
+    whether that was all of it."""
     held: list[bytes] = []
+    size = 0
     async for piece in response.pieces():
         held.append(piece)
-        if sum(map(len, held)) > limit:
-            return "pass", Replayed(response, held, None)
-    return ("unmet" if phrase.encode() in b"".join(held) else "pass"), Replayed(response, held, None)
+        size += len(piece)
+        if size > limit:
+            return held, False
+    return held, True
 
 
 async def enforce(
