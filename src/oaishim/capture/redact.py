@@ -197,7 +197,7 @@ def secret_needles(secrets: Iterable[str | None], *, raw: bool = True) -> tuple[
 
 def scrub_bytes(data: bytes, needles: Iterable[bytes]) -> bytes:
     """``data`` with every needle replaced by the mask; the very same object when none occurs (the
-    cost then is one ``in`` per needle, cheap enough for every piece a client is sent)."""
+    cost then is one search per needle, cheap enough for every piece a client is sent)."""
     for needle in needles:
         # find, not ``in``: bytes.__contains__ first tries the needle as an int, and the TypeError it
         # builds and drops cost more than the search (one per piece a client is sent; callgrind)

@@ -178,7 +178,8 @@ class Gateway(Dispatch):
         if scope["type"] != "http":
             return
         ex = Exchange(scope, self.streams)
-        if self.secrets and any(secret in ex.request_id.encode() for secret in self.secrets):
+        rid = ex.request_id.encode()
+        if self.secrets and scrub_bytes(rid, self.secrets) is not rid:
             ex.request_id = new_request_id()  # a client's id that holds a key is never echoed or logged
         token = ex.enter()
         if self.tracing is not None and scope["path"] not in UNLOGGED:
