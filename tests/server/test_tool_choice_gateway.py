@@ -153,6 +153,18 @@ def test_llamacpp_unparsed_call_is_asked_again_with_json_schema(choice: Any) -> 
     assert json.loads(fake.seen[1].body)["tool_choice"] == "none"
 
 
+def test_llamacpp_unparsed_output_under_auto_is_asked_again_with_none() -> None:
+    """Under tool_choice auto nothing is forced, yet llama.cpp answers 500 when what the model began
+    as a call does not parse (L-31; seen live after the Agents SDK reset its forced choice): asked
+    once more with "none", the gateway parsing any call written as text, never a 500 to the client."""
+    app, fake = gateway("llamacpp@b9174", llamacpp_unparsed(), Canned(LLAMA_TEXT))
+    reply = post(app, {**ASK, "tool_choice": "auto"})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    first, second = (json.loads(s.body) for s in fake.seen)
+    assert first["tool_choice"] == "auto" and second["tool_choice"] == "none"
+    assert second["tools"] == first["tools"]  # the template still lists them
+
+
 def test_llamacpp_other_server_errors_pass_through_unretried() -> None:
     failure = {"error": {"code": 500, "message": "slot unavailable", "type": "server_error"}}
     app, fake = gateway("llamacpp@b9174", Canned(json.dumps(failure).encode(), 500))

@@ -141,23 +141,25 @@ class Dispatch:
                 ex.fault(failure)
             raise
         body = prepared.body
-        resends = self._resends(prepared, ctx, profile)
-        if response.status == 400 and resends:
+        resends = [r for r in self._resends(prepared, ctx, profile) if r[0] == response.status]
+        if resends:
             # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5): the gateway
             # parses tool calls written as text, so it asks again with "none". A forced choice it
             # refuses is asked again with its guided decoding forcing one call (ToolChoiceSupport). A
             # thinking switch the template does not read is refused by TensorRT-LLM's guard: asked
-            # again without it (ReasoningEffortIn.switch_refusal). The refusal's wording says which.
+            # again without it (ReasoningEffortIn.switch_refusal). llama.cpp answers 500 when what the
+            # model began as a call under "auto" does not parse (L-31): asked again with "none", the
+            # gateway parsing calls written as text. The refusal's wording says which.
             try:
                 raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
             finally:
                 response.close()
-            resend = next((r for r in resends if r[0].encode() in raw), None)
+            resend = next((r for r in resends if r[1].encode() in raw), None)
             if resend is None:
-                error = normalize_upstream_error(400, raw, context_param=ctx.context_param)
+                error = normalize_upstream_error(response.status, raw, context_param=ctx.context_param)
                 await send_error(send, error, [*extra, *retry_headers(response.headers)])
                 return None
-            _phrase, body, kind = resend
+            _status, _phrase, body, kind = resend
             log.info("model %s: the backend refused what it cannot read; resending (%s)", route.name, kind)
             if ex is not None:
                 ex.repaired((kind,))
@@ -191,17 +193,30 @@ class Dispatch:
     @staticmethod
     def _resends(
         prepared: PreparedRequest, ctx: ResponseContext, profile: Profile
-    ) -> list[tuple[str, dict[str, Any], str]]:
-        """Each (phrase of a refusal, the body to send instead, the repair's kind) for what the
-        backend may refuse: a tool choice, for want of a tool-call parser; a thinking switch its
-        template does not read."""
-        out: list[tuple[str, dict[str, Any], str]] = []
+    ) -> list[tuple[int, str, dict[str, Any], str]]:
+        """Each (status and phrase of a refusal, the body to send instead, the repair's kind) for what
+        the backend may refuse: a tool choice, for want of a tool-call parser, or a call under "auto"
+        it could not parse; a thinking switch its template does not read."""
+        out: list[tuple[int, str, dict[str, Any], str]] = []
         switch_refusal = profile.reasoning_effort_in.switch_refusal
         unswitched = without_switch(prepared.body, prepared.thinking) if switch_refusal else None
         if switch_refusal and unswitched is not None:
-            out.append((switch_refusal, unswitched, "thinking_switch_refused"))
+            out.append((400, switch_refusal, unswitched, "thinking_switch_refused"))
         if ctx.repair is None or not ctx.repair.tools:
             return out
+        if prepared.tool_choice == "auto":
+            as_none = {**prepared.body, "tool_choice": "none"}
+            if profile.auto_tools_refusal:
+                out.append((400, profile.auto_tools_refusal, as_none, "tool_choice_none_resent"))
+            if profile.tool_choice.unparsed:
+                out.append((500, profile.tool_choice.unparsed, as_none, "tool_choice_none_resent"))
+            return out
+        refusal = profile.tool_choice.refusal
+        if refusal and prepared.body.get("tool_choice") == prepared.tool_choice:
+            guided = guided_body(prepared.body, prepared.tool_choice, profile)
+            if guided is not None:
+                out.append((400, refusal, guided, "tool_choice_guided"))
+        return out
         if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
             out.append(
                 (profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent")
