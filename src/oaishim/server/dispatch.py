@@ -217,22 +217,3 @@ class Dispatch:
             if guided is not None:
                 out.append((400, refusal, guided, "tool_choice_guided"))
         return out
-        if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
-            out.append(
-                (profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent")
-            )
-            return out
-        refusal = profile.tool_choice.refusal
-        if refusal and prepared.tool_choice != "auto" and prepared.body.get("tool_choice") == prepared.tool_choice:
-            guided = guided_body(prepared.body, prepared.tool_choice, profile)
-            if guided is not None:
-                out.append((refusal, guided, "tool_choice_guided"))
-        return out
-        if prepared.tool_choice == "auto" and profile.auto_tools_refusal:
-            return profile.auto_tools_refusal, {**prepared.body, "tool_choice": "none"}, "tool_choice_none_resent"
-        refusal = profile.tool_choice.refusal
-        if refusal and prepared.tool_choice != "auto" and prepared.body.get("tool_choice") == prepared.tool_choice:
-            guided = guided_body(prepared.body, prepared.tool_choice, profile)
-            if guided is not None:
-                return refusal, guided, "tool_choice_guided"
-        return None

@@ -50,6 +50,10 @@ class ResponseContext:
     # tool_choice naming a function (issue 15): the only function whose calls reach the client, as at
     # OpenAI; a backend that does not enforce the choice may call others too
     forced_tool: str | None = None
+    # The backend's words for a call the model began under "auto" that its final parse refused
+    # (llama.cpp, L-31/L-32): in a stream that has already carried the text as content, that error
+    # ends the choices as a finish instead (the profile's ``tool_choice.unparsed``)
+    unparsed_call: str | None = None
 
     def __post_init__(self) -> None:
         if not self.response_id:

@@ -41,10 +41,14 @@ def _tool_mode(prepared: PreparedRequest) -> ToolChoiceMode:
 
 
 def response_context(
-    endpoint: Endpoint, prepared: PreparedRequest, settings: ResponseSettings, markup: frozenset[str] = frozenset()
+    endpoint: Endpoint,
+    prepared: PreparedRequest,
+    settings: ResponseSettings,
+    markup: frozenset[str] = frozenset(),
+    unparsed: str | None = None,
 ) -> ResponseContext:
     """What the response side must produce for this request, under these settings (``markup``: what
-    the profile names as display markup)."""
+    the profile names as display markup; ``unparsed``: its phrase for a call its parser refused)."""
     chat = endpoint == "chat"
     repair = settings.text_repair
     structured = prepared.output_format is not None
@@ -64,13 +68,14 @@ def response_context(
         cleanup=repair and settings.display_cleanup and not structured,
         markup=markup,
     )
+    tool_mode = _tool_mode(prepared)
     return ResponseContext(
         model=prepared.client_model,
         chat=chat,
         include_usage=prepared.include_usage,
         logprobs=bool(prepared.logprobs) if chat else prepared.logprobs is not None,
         top_logprobs=(prepared.top_logprobs or 0) if chat else int(prepared.logprobs or 0),
-        tool_mode=_tool_mode(prepared),
+        tool_mode=tool_mode,
         reasoning_field=settings.reasoning_field,
         keep_extensions=settings.keep_extensions,
         repair=plan,
@@ -79,4 +84,5 @@ def response_context(
         one_tool_call=chat and not prepared.parallel_tool_calls,
         output_format=prepared.output_format,
         forced_tool=forced_name(prepared.tool_choice) if chat and prepared.tools_offered else None,
+        unparsed_call=unparsed if chat and tool_mode == "auto" else None,
     )

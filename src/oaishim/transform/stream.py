@@ -486,9 +486,25 @@ class StreamNormalizer:
 
     def upstream_failed(self, body: Any) -> list[Chunk]:
         """End the stream with the error the upstream sent in it (``body``: any backend's shape)."""
+        error = normalize_upstream_error(200, body, context_param=self.ctx.context_param)
+        phrase = self.ctx.unparsed_call
+        if phrase and phrase in error.message and self.choices and not self.ended:
+            return self._unparsed_end()
         if not self.ended:
             self.upstream_error = True
-        return self.fail(normalize_upstream_error(200, body, context_param=self.ctx.context_param))
+        return self.fail(error)
+
+    def _unparsed_end(self) -> list[Chunk]:
+        """llama.cpp's final parse refused a call the model began under "auto" (L-32), after its
+        partial parses had streamed every token as content: the text the client has is the whole
+        answer, so each open choice finishes ("stop", as there is no call) where the error stood."""
+        out: list[Chunk] = []
+        for state in self.choices.values():
+            if state.state != "finished" and state.held is None:
+                out += self._finish(state, "stop")
+        self.ctx.repairs.add("unparsed_call_finished")
+        log.info("stream %s (model %s): the backend could not parse a call it began; finished as text", *self._where())
+        return [*out, *self._release()]
 
     def fail(self, error: OpenAIError) -> list[Chunk]:
         """End the stream with an error (once): ``ended`` and ``error`` are set, no chunk follows."""
