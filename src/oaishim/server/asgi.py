@@ -132,13 +132,14 @@ def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Send:
 
     async def scrubbed(message: Message) -> None:
         nonlocal held, tail
-        if message["type"] == "http.response.start":
+        kind = message["type"]
+        if kind == "http.response.start":
             headers = [(k, scrub_bytes(bytes(v), needles)) for k, v in message.get("headers", ()) if k != b"set-cookie"]
             message = {**message, "headers": headers}
             if any(k == b"content-length" for k, _ in headers):
                 held = message
                 return
-        elif message["type"] == "http.response.body":
+        elif kind == "http.response.body":
             body = message.get("body", b"")
             more = message.get("more_body", False)
             data = tail + body if tail else body

@@ -257,13 +257,18 @@ async def pump(
         if (response.content_length or 0) > limit:
             tail = pipe.fail(upstream_too_large(limit, "a body"))
         else:
+            send = head.send
             async for piece in response.pieces():
                 began = perf()
                 out = pipe.feed(piece)
                 done = perf()
                 spent += done - began
-                if out and not await head.refuse(pipe):
-                    first = done if first is None else first
+                if not out:
+                    pass
+                elif head.sent:  # the stream is open: the piece goes straight out (no refusal can come now)
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                elif not await head.refuse(pipe):
+                    first = done
                     await head(out)
                 if pipe.close_upstream:
                     break

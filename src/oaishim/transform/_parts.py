@@ -35,7 +35,7 @@ _EMPTY: Mapping[str, Any] = {}
 
 def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` when it is a JSON object, else an empty one (backends send null, [] or junk)."""
-    return value if isinstance(value, Mapping) else _EMPTY
+    return value if isinstance(value, dict) else _EMPTY
 
 
 def count(value: Any) -> int | None:
@@ -183,7 +183,7 @@ def legacy_logprobs(logprobs: Any, want: int, offset: int = 0) -> dict[str, Any]
 
 
 def usage(upstream: Any) -> dict[str, Any] | None:
-    if not isinstance(upstream, Mapping):
+    if not isinstance(upstream, dict):
         return None
     prompt = count(upstream.get("prompt_tokens")) or 0
     completion = count(upstream.get("completion_tokens")) or 0
@@ -191,13 +191,13 @@ def usage(upstream: Any) -> dict[str, Any] | None:
     total = prompt + completion if total is None else total
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
     details = upstream.get("prompt_tokens_details")
-    if isinstance(details, Mapping):
+    if isinstance(details, dict):
         kept = {k: details[k] for k in _PROMPT_DETAILS if count(details.get(k)) is not None}
         if kept:
             out["prompt_tokens_details"] = kept
     cdetails = (
         dict(upstream.get("completion_tokens_details") or {})
-        if isinstance(upstream.get("completion_tokens_details"), Mapping)
+        if isinstance(upstream.get("completion_tokens_details"), dict)
         else {}
     )
     if count(upstream.get("reasoning_tokens")) is not None and "reasoning_tokens" not in cdetails:

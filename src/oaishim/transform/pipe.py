@@ -67,7 +67,7 @@ def upstream_body(status: int, raw: bytes, ctx: ResponseContext) -> Mapping[str,
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise upstream_error("The upstream answered with a body that is not JSON.") from None
-    if not isinstance(body, Mapping) or ("data" not in body and is_error_body(body)):  # a 200 carrying an error
+    if not isinstance(body, dict) or ("data" not in body and is_error_body(body)):  # a 200 carrying an error
         raise normalize_upstream_error(status, body, context_param=ctx.context_param)
     return body
 

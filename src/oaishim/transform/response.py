@@ -48,7 +48,7 @@ def _objects(body: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     if not isinstance(items, list):
         raise _parts.unreadable(key, items, "an array")
     for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
+        if not isinstance(item, dict):
             raise _parts.unreadable(f"{key}[{i}]", item, "an object")
     return items
 
@@ -81,7 +81,7 @@ def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, A
 
 def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     message_in = choice.get("message")
-    if message_in is not None and not isinstance(message_in, Mapping):
+    if message_in is not None and not isinstance(message_in, dict):
         raise _parts.unreadable(f"choices[{i}].message", message_in, "an object")
     upstream = _parts.mapping(message_in)
     calls = [_tool_call(c) for c in _objects(upstream, "tool_calls")]

@@ -277,7 +277,7 @@ def looks_like_server_fault(message: str) -> bool:
 
 def is_error_body(body: Any) -> bool:
     """An error in any backend's shape: the official ``{"error": …}`` or a flat ``object: "error"``."""
-    if not isinstance(body, Mapping) or "choices" in body:
+    if not isinstance(body, dict) or "choices" in body:
         return False
     return "error" in body or body.get("object") == "error"
 

@@ -63,7 +63,7 @@ def _compile(schema: Mapping[str, Any]) -> Any:
 
 
 def _wanted(response_format: Any, policy: ViolationPolicy) -> OutputFormat | None:
-    if not isinstance(response_format, Mapping):
+    if not isinstance(response_format, dict):
         return None
     kind = response_format.get("type")
     if kind == "json_object":

@@ -38,7 +38,7 @@ def check_tools_offered(body: Mapping[str, Any]) -> None:
     """Tool names are unique, and a named ``tool_choice`` names a tool offered in ``tools``."""
     names = _tool_names(body)
     choice = body.get("tool_choice")
-    if not isinstance(choice, Mapping) or choice.get("type") not in ("function", "custom"):
+    if not isinstance(choice, dict) or choice.get("type") not in ("function", "custom"):
         return
     kind = choice["type"]
     name = choice[kind]["name"]

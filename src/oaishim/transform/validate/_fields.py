@@ -141,7 +141,7 @@ def _check_messages(body: Mapping[str, Any]) -> None:
         raise empty_array("messages")
     for i, message in enumerate(messages):
         param = f"messages[{i}]"
-        if not isinstance(message, Mapping):
+        if not isinstance(message, dict):
             raise invalid_type(param, "an object", message)
         role = message.get("role")
         if role is None:
