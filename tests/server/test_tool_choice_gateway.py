@@ -183,12 +183,17 @@ def test_llamacpp_unparsed_call_in_a_stream_under_auto_ends_as_the_answer_on_cha
     (choice,) = accumulate_chat(chunks)["choices"]
     assert (choice["message"]["content"], choice["finish_reason"]) == (sent, "stop")
     assert repaired(app, "unparsed_call_finished") == 1 and len(fake.seen) == 1
+    assert json.loads(fake.seen[0].body)["timings_per_token"] is True  # the counts that stand in for usage
     tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
     app, _ = gateway("llamacpp@b9174", sse_answer(UNPARSED_STREAM))
     reply = post(app, {"model": "m", "input": "hi", "tools": tools, "stream": True}, "/v1/responses")
     assert reply.status == 200
     assert [e["type"] for e in events(reply.body)][-1] == "response.completed"
     assert text(final(reply.body)) == sent
+    # its usage: llama.cpp's last per-chunk counts (the gateway asked for them)
+    last = [json.loads(e[6:])["timings"] for e in UNPARSED_STREAM.split(b"\n\n") if b'"timings"' in e][-1]
+    usage = final(reply.body)["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (last["cache_n"] + last["prompt_n"], last["predicted_n"])
 
 
 def test_llamacpp_other_server_errors_pass_through_unretried() -> None:

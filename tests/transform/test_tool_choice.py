@@ -54,6 +54,26 @@ def test_llamacpp_required_is_sent_as_it_is_and_checked(profile: str) -> None:
     assert sent(profile, tool_choice="auto")[1].tool_check is None
 
 
+@pytest.mark.parametrize(
+    ("profile", "fields", "asked"),
+    [
+        ("llamacpp@b9174", {"stream": True}, True),  # auto by default
+        ("llamacpp@b9174", {"stream": True, "tool_choice": "auto"}, True),
+        ("llamacpp@b9174", {"stream": False, "tool_choice": "auto"}, False),  # a plain 500 is asked again
+        ("llamacpp@b9174", {"stream": True, "tool_choice": "required"}, False),  # checked and asked again
+        ("vllm@0.32", {"stream": True, "tool_choice": "auto"}, False),
+    ],
+)
+def test_llamacpp_is_asked_for_its_token_counts_where_a_refused_parse_may_end_the_stream(
+    profile: str, fields: dict[str, Any], asked: bool
+) -> None:
+    """L-32: such a stream ends without its usage; the per-chunk counts stand in for it."""
+    body, _ = sent(profile, **fields)
+    assert ("timings_per_token" in body) is asked
+    if asked:
+        assert body["timings_per_token"] is True
+
+
 def test_llamacpp_second_try_forces_one_call_with_its_json_schema_field() -> None:
     body, prepared = sent("llamacpp@b9174", tool_choice=NAMED)
     guided = guided_body(body, prepared.tool_choice, get_profile("llamacpp@b9174"))

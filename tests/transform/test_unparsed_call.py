@@ -38,9 +38,9 @@ def upstream_text(raw: bytes) -> str:
     return "".join(c["delta"].get("content") or "" for e in chunks(raw) for c in e.get("choices", []))
 
 
-def ctx(unparsed: str | None) -> ResponseContext:
+def ctx(unparsed: str | None, *, include_usage: bool = False) -> ResponseContext:
     plan = RepairPlan(tools=True, tool_names=frozenset({"shell"}))
-    return ResponseContext("tiny", tool_mode="auto", repair=plan, unparsed_call=unparsed)
+    return ResponseContext("tiny", tool_mode="auto", repair=plan, unparsed_call=unparsed, include_usage=include_usage)
 
 
 def test_the_profile_names_the_phrase_the_recording_carries() -> None:
@@ -83,3 +83,19 @@ def test_another_error_in_the_same_place_stays_an_error() -> None:
     out, pipe = run([other], ctx(PHRASE))
     assert pipe.normalizer.error is not None and b"[DONE]" not in out
     assert json.loads(out.strip().split(b"\n\n")[-1].removeprefix(b"data: "))["error"]["message"] == "slot unavailable"
+
+
+def test_the_usage_is_the_backends_last_counts_when_the_refusal_took_its_place() -> None:
+    """The gateway asks for llama.cpp's per-chunk counts on such a stream (``timings_per_token``,
+    in the recording): the prompt is the cached plus the processed tokens, the completion the
+    tokens predicted at the last chunk."""
+    raw, request = recorded("chat_tools_auto_unparsed_stream")
+    assert request.get("timings_per_token") is True
+    last = [e["timings"] for e in chunks(raw) if "timings" in e][-1]
+    prompt = last["cache_n"] + last["prompt_n"]
+    for pieces in every_split(raw):
+        out, _ = run(pieces, ctx(PHRASE, include_usage=True))
+        usage = chunks(out)[-1]["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (prompt, last["predicted_n"]), pieces
+        assert usage["total_tokens"] == prompt + last["predicted_n"]
+        assert b'"timings"' not in out  # the counts are the gateway's to read, not the client's

@@ -24,7 +24,12 @@ model may never do. ``guided_key``: the guided field holds ``{guided_key: schema
 
 ``unparsed``: a phrase of the backend's 500 when what the model wrote under a forced choice did not
 parse as the template's call format (llama.cpp, L-31): no call came back, so the answer is judged as one
-without the call (asked once more), not passed on as a server fault.
+without the call (asked once more), not passed on as a server fault. Under ``auto`` a plain answer
+is asked again with ``none``; a stream ends as the answer the client already has (L-32).
+
+``counts``: a request field (true) that makes the backend count the tokens on every streamed chunk
+(llama.cpp's ``timings_per_token``), sent on a stream under ``auto`` where ``unparsed`` may end it
+without its usage: the last count stands in for it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class ToolChoiceSupport:
     guided_key: str | None = "json"
     verify: bool = False
     unparsed: str | None = None
+    counts: str | None = None
     none_hides_tools: bool = False  # tool_choice "none": tools (and the choice) are not sent at all
     parallel_default: bool = True  # the backend's own default for parallel_tool_calls
 

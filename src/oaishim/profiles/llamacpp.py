@@ -96,6 +96,7 @@ _TOOL_CHOICE = ToolChoiceSupport(
     parallel_default=False,
     verify=True,
     unparsed="does not match the expected",  # L-31: its 500 when the call it began does not parse
+    counts="timings_per_token",  # L-32: each chunk's timings count the prompt and the tokens so far
     guided="json_schema",
     guided_key=None,
 )

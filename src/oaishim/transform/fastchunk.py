@@ -41,7 +41,8 @@ class FastChunks:
     def __init__(self, normalizer: StreamNormalizer) -> None:
         ctx = normalizer.ctx
         self.normalizer = normalizer
-        self.usable = ctx.chat and not ctx.logprobs and not ctx.keep_extensions
+        # (where a refused parse may end the stream, each chunk's token counts are read: the general rules)
+        self.usable = ctx.chat and not ctx.logprobs and not ctx.keep_extensions and ctx.unparsed_call is None
         self._heads: dict[int, bytes] = {}  # by output index: the bytes up to the content text
         # the chat spec: usage null on every chunk but the last, when the client asked for usage
         usage = b',"usage":null' if ctx.include_usage else b""

@@ -97,6 +97,7 @@ class StreamNormalizer:
         self.stop_seen = False  # a stop at the gateway ended some choice (``stopped`` asks more only then)
         # the chat spec: usage null on every chunk but the last (legacy: not nullable)
         self._null_usage = ctx.include_usage and ctx.chat
+        self._counts: Any = None  # the backend's last token counts (llama.cpp's timings), when read
 
     # -- framing ---------------------------------------------------------------------------
     def _chunk(self, choices: list[dict[str, Any]], usage: Any = ...) -> Chunk:
@@ -162,6 +163,8 @@ class StreamNormalizer:
             self._extra, self._choice_extra = {}, {}
             if chunk.get("usage") is not None:
                 self.usage = _parts.usage(chunk["usage"])
+            elif self.ctx.unparsed_call is not None and chunk.get("timings") is not None:
+                self._counts = chunk["timings"]  # llama.cpp's counts so far (ToolChoiceSupport.counts)
             return out
         except OpenAIError as error:  # a chunk that cannot be read
             return self.fail(error)
@@ -503,6 +506,8 @@ class StreamNormalizer:
             if state.state != "finished" and state.held is None:
                 out += self._finish(state, "stop")
         self.ctx.repairs.add("unparsed_call_finished")
+        if self.usage is None:  # the refusal stands where the usage came: the backend's last counts
+            self.usage = _counted(self._counts)
         log.info("stream %s (model %s): the backend could not parse a call it began; finished as text", *self._where())
         return [*out, *self._release()]
 
@@ -541,6 +546,18 @@ class StreamNormalizer:
 
 _TOP_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"})
 _CHOICE_KEYS = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
+
+
+def _counted(timings: Any) -> dict[str, Any] | None:
+    """Usage from llama.cpp's per-chunk ``timings``: the prompt is its cached and its processed
+    tokens, the completion the tokens predicted so far; None without them."""
+    if not isinstance(timings, dict):
+        return None
+    prompt = [_parts.count(timings.get(k)) for k in ("cache_n", "prompt_n")]
+    completion = _parts.count(timings.get("predicted_n"))
+    if prompt[1] is None or completion is None:
+        return None
+    return _parts.usage({"prompt_tokens": (prompt[0] or 0) + prompt[1], "completion_tokens": completion})
 
 
 def _starts_another(entry: _Call, upstream_id: Any, name: str | None) -> bool:

@@ -82,6 +82,9 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     unsaid = client.get("parallel_tool_calls") is None
     if unsaid and not support.parallel_default and "parallel_tool_calls" not in profile.rejects:
         out["parallel_tool_calls"] = True  # what leaving it out means at OpenAI
+    if support.counts and support.unparsed and choice in (None, "auto") and client.get("stream") is True:
+        # L-32: a refused parse ends such a stream without its usage; the counts on each chunk stand in
+        out[support.counts] = True
     check: str | None = None
     name = forced_name(choice)
     if name is not None and support.named != "native":
