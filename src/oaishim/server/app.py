@@ -189,8 +189,9 @@ class Gateway(Dispatch):
         if rec is not None:
             receive, send = rec.wrap(receive, send)
             upstream = RecordingUpstream(upstream, rec)
+            ex.recorded = True
         if self.secrets:
-            send = scrubbing(send, self.secrets)
+            send = ex.scrubbing = scrubbing(send, self.secrets)
         send = ex.watch(send)
         try:
             await self._http(scope, receive, send, upstream)

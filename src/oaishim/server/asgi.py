@@ -118,44 +118,59 @@ def _partial_tail(data: bytes, needles: tuple[bytes, ...]) -> int:
     return longest
 
 
-def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Send:
+def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Scrubbing:
     """``send``, with every needle (a secret's bytes) masked in each header value and body piece a
-    client is sent, and ``Set-Cookie`` dropped. A response with a ``Content-Length`` is held back
+    client is sent, and ``Set-Cookie`` dropped (:class:`Scrubbing`)."""
+    return Scrubbing(send, needles)
+
+
+class Scrubbing:
+    """A ``send`` that masks every needle (a secret's bytes) in each header value and body piece a
+    client is sent, and drops ``Set-Cookie``. A response with a ``Content-Length`` is held back
     until its first body piece, so the length can follow a scrubbed body.
 
     A secret split across two pieces (a pass-through body relayed as the backend's reads came, or
     content a model wrote token by token) is caught too: a piece's tail that could still grow into a
     secret is held back and sent with the next piece. Only such a tail waits (usually nothing: it
-    must be a prefix of a secret), so a stream is not delayed."""
-    held: Message | None = None
-    tail = b""
+    must be a prefix of a secret), so a stream is not delayed. :meth:`body` is that masking alone,
+    for a body piece written to the client without a message (``server.direct``)."""
 
-    async def scrubbed(message: Message) -> None:
-        nonlocal held, tail
+    __slots__ = ("_held", "_needles", "_send", "_tail")
+
+    def __init__(self, send: Send, needles: tuple[bytes, ...]) -> None:
+        self._send, self._needles = send, needles
+        self._held: Message | None = None
+        self._tail = b""
+
+    def body(self, body: bytes, more: bool) -> bytes:
+        """``body`` masked, less a tail that may still grow into a secret (held for the next piece),
+        plus the tail held from the last; the very same object when nothing changed."""
+        tail, needles = self._tail, self._needles
+        data = tail + body if tail else body
+        keep = _partial_tail(data, needles) if more else 0
+        self._tail = data[len(data) - keep :] if keep else b""
+        return scrub_bytes(data[: len(data) - keep] if keep else data, needles)
+
+    async def __call__(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
+            needles = self._needles
             headers = [(k, scrub_bytes(bytes(v), needles)) for k, v in message.get("headers", ()) if k != b"set-cookie"]
             message = {**message, "headers": headers}
             if any(k == b"content-length" for k, _ in headers):
-                held = message
+                self._held = message
                 return
         elif kind == "http.response.body":
             body = message.get("body", b"")
             more = message.get("more_body", False)
-            data = tail + body if tail else body
-            keep = _partial_tail(data, needles) if more else 0
-            tail = data[len(data) - keep :] if keep else b""
-            out = data[: len(data) - keep] if keep else data
-            clean = scrub_bytes(out, needles)
+            clean = self.body(body, more)
             if clean is not body:
                 message = {**message, "body": clean}
-            if held is not None:
-                start, held = held, None
+            if self._held is not None:
+                start, self._held = self._held, None
                 if clean is not body or more:  # the length changed, or is not known yet
                     framing = [(k, v) for k, v in start["headers"] if k != b"content-length"]
                     framing += [] if more else [(b"content-length", str(len(clean)).encode())]
                     start = {**start, "headers": framing}
-                await send(start)
-        await send(message)
-
-    return scrubbed
+                await self._send(start)
+        await self._send(message)

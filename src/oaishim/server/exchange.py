@@ -20,9 +20,9 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
-from oaishim.server.asgi import Headers, Message, Scope, Send
+from oaishim.server.asgi import Headers, Message, Scope, Scrubbing, Send
 from oaishim.server.config import VirtualKey
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.fanin import FanIn
@@ -47,6 +47,10 @@ __all__ = [
 # ``on_gone(callback)`` registers it and returns the function that unregisters it.
 ON_GONE = "oaishim.on_client_gone"
 OnGone = Callable[[Callable[[], None]], Callable[[], None]]
+# ASGI extension by which the HTTP server lets a stream's body pieces be written without a message
+# (server.direct): ``direct(scope)`` gives (ready, write) for that request's response, or None.
+DIRECT_BODY = "oaishim.direct_body"
+DirectBody = Callable[[Any], "tuple[Callable[[], bool], Callable[[bytes], None]] | None"]
 
 log = logging.getLogger("oaishim.exchange")
 MAX_ID = 128
@@ -80,6 +84,7 @@ class Exchange:
         "added",
         "bytes_out",
         "client",
+        "direct_body",
         "endpoint",
         "first_token",
         "format_violations",
@@ -92,8 +97,11 @@ class Exchange:
         "on_gone",
         "path",
         "profile",
+        "recorded",
         "repairs",
         "request_id",
+        "scope",
+        "scrubbing",
         "started",
         "status",
         "stream",
@@ -120,6 +128,10 @@ class Exchange:
         # the server's way to say the client left (server.http), where it offers one: see relay.watching_client
         extensions = scope.get("extensions")
         self.on_gone: OnGone | None = extensions.get(ON_GONE) if extensions else None
+        self.direct_body: DirectBody | None = extensions.get(DIRECT_BODY) if extensions else None
+        self.scrubbing: Scrubbing | None = None  # the secret masking of this response's send chain
+        self.recorded = False  # a capture records this exchange's messages (no direct writes: server.direct)
+        self.scope = scope
         self.endpoint = "other"  # chat, completions, embeddings, responses, models, health, metrics, passthrough
         self.model: str | None = None  # a configured route name only (the metrics' cardinality is bounded)
         self.profile: str | None = None

@@ -68,6 +68,7 @@ class Connection(asyncio.Protocol):
         "_body",
         "_buffered",
         "_deadline_timer",
+        "_detached",
         "_headers",
         "_idle_timer",
         "_last",
@@ -87,6 +88,7 @@ class Connection(asyncio.Protocol):
         "origin",
         "parser",
         "reused",
+        "sink",
         "translate",
         "transport",
     )
@@ -109,6 +111,9 @@ class Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        # takes each body piece in the read callback while the reader waits (server.direct); True: taken
+        self.sink: Callable[[bytes], bool] | None = None
+        self._detached = False  # the sink ended the body for its reader (nothing more is needed)
         self.complete = self.keep_alive = False
         self.no_body = False  # the answer to a HEAD: its head is all of it, whatever it declares
         self.error: BaseException | None = None
@@ -184,6 +189,10 @@ class Connection(asyncio.Protocol):
                 self.complete, self.keep_alive = True, False
 
     def on_body(self, body: bytes) -> None:
+        sink, waiter = self.sink, self._waiter
+        # the sink only while the reader waits with nothing buffered: the bytes keep their order
+        if sink is not None and waiter is not None and not self._body and not waiter.done() and sink(body):
+            return
         self._body.append(body)
         self._buffered += len(body)
         waiter = self._waiter  # _wake(), inline: once per read
@@ -207,6 +216,12 @@ class Connection(asyncio.Protocol):
             self.transport.writelines((head, body))
         else:
             self.transport.write(head)
+
+    def detach(self) -> None:
+        """The sink needs nothing more: the waiting reader's body ends (StopAsyncIteration)."""
+        self.sink = None
+        self._detached = True
+        self._wake()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -258,6 +273,8 @@ class Connection(asyncio.Protocol):
         """The next body bytes as they came; StopAsyncIteration once the body is complete; what
         ended it otherwise, as ``translate`` makes it (the body's ``__anext__``)."""
         while True:
+            if self._detached:
+                raise StopAsyncIteration
             body = self._body
             if body:
                 data = body[0] if len(body) == 1 else b"".join(body)
@@ -282,6 +299,7 @@ class Connection(asyncio.Protocol):
     def done(self) -> None:
         """The response is no longer wanted: back to the pool if it was read to its end on a
         connection that stays open, otherwise closed at once (which stops the backend)."""
+        self.sink = None
         for timer in (self._idle_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from oaishim.server.exchange import ON_GONE
+from oaishim.server.exchange import DIRECT_BODY, ON_GONE
 from oaishim.server.writes import JoiningTransport
 from oaishim.wire.errors import OpenAIError, bad_request, timeout, too_large, unavailable
 
@@ -118,6 +118,30 @@ class GuardedHttpTools(HttpToolsProtocol):
         if callback is not None and self.cycle is not None and not self.cycle.response_complete:
             callback()
 
+    # -- body pieces written without a message (the DIRECT_BODY extension, server.direct) ----------
+    def _direct(self, scope: Any) -> tuple[Callable[[], bool], Callable[[bytes], None]] | None:
+        """(ready, write) for the response of the request whose scope is ``scope``: ``ready()`` when a
+        piece can go out now (its chunked body under way, the client reading, the connection open),
+        ``write(piece)`` frames it as uvicorn does. None while a pipelined request's cycle is current."""
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not scope:
+            return None
+        flow, transport = self.flow, self.transport
+
+        def ready() -> bool:
+            return (
+                cycle.chunked_encoding is True
+                and not cycle.response_complete
+                and not cycle.disconnected
+                and not flow.write_paused
+                and not transport.is_closing()
+            )
+
+        def write(data: bytes) -> None:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+        return ready, write
+
     def _evict_one(self) -> bool:
         """Make room: close a connection that has nothing in progress, one that never completed a
         request first (a flood of empty or dripping connects replaces itself, not the clients' pooled
@@ -188,7 +212,9 @@ class GuardedHttpTools(HttpToolsProtocol):
                 return
         super().on_headers_complete()
         if self.cycle is not None:
-            self.cycle.scope.setdefault("extensions", {})[ON_GONE] = self._watch_gone  # type: ignore[assignment]
+            extensions = self.cycle.scope.setdefault("extensions", {})
+            extensions[ON_GONE] = self._watch_gone  # type: ignore[assignment]
+            extensions[DIRECT_BODY] = self._direct  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:

@@ -18,8 +18,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
+from oaishim.server import direct
 from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
 from oaishim.server.config import Settings
 from oaishim.server.exchange import current as current_exchange
@@ -253,6 +254,9 @@ async def pump(
     perf = time.perf_counter
     first: float | None = None
     spent = 0.0  # the pipe's own time (the gateway's), without the waits for the upstream and the client
+    attach = getattr(response, "attach", None)  # the raw connection's response: pieces can go direct
+    writer = direct.writer_for(ex) if attach is not None else None
+    sink: direct.Sink | None = None
     try:
         if (response.content_length or 0) > limit:
             tail = pipe.fail(upstream_too_large(limit, "a body"))
@@ -272,6 +276,12 @@ async def pump(
                     await head(out)
                 if pipe.close_upstream:
                     break
+                if sink is None and writer is not None and head.sent and attach is not None:
+                    # the head is out: from now on pieces that come while this loop waits go direct
+                    sink = direct.Sink(pipe, writer, cast(direct.Attachable, response))
+                    attach(sink)
+            if sink is not None and sink.failure is not None:
+                raise sink.failure
             tail = pipe.flush()
     except OpenAIError as error:  # the upstream broke, went silent or passed its deadline
         tail = pipe.fail(error)
@@ -283,7 +293,7 @@ async def pump(
     finally:
         response.close()
         if ex is not None:
-            ex.streamed(pipe, first, spent)
+            ex.streamed(pipe, first, spent + (sink.spent if sink is not None else 0.0))
     if await head.refuse(pipe):
         return None
     return tail

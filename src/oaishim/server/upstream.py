@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -249,6 +249,15 @@ class H1Response:
     def pieces(self) -> AsyncIterator[bytes]:
         """The body as it arrives; an idle, broken or late upstream raises OpenAIError."""
         return Body(self._conn)
+
+    def attach(self, sink: Callable[[bytes], bool]) -> None:
+        """From now on, each body piece that arrives while the reader waits goes to ``sink`` in the
+        read callback (server.direct); one it declines (False) is read through pieces() as before."""
+        self._conn.sink = sink
+
+    def detach(self) -> None:
+        """The sink needs nothing more: the waiting reader's pieces() ends."""
+        self._conn.detach()
 
     def _translate(self, exc: BaseException) -> BaseException:
         """What ended the body, as the client's error."""

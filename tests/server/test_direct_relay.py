@@ -1,0 +1,201 @@
+"""A stream's pieces written where the upstream's bytes arrive (``server.direct``), over real sockets:
+the gateway under uvicorn in front of a replaying backend that sends one event per write. The
+relay's sink is watched (its calls counted) so each test knows which path the pieces took.
+
+* one event per read, while the relay waits: the sink takes them, and the client's stream is the
+  ordinary one (the checker finds nothing; every token arrives, in order);
+* a client that does not read: the client connection's transport pauses, the sink declines, the
+  ordinary path waits for the client, and every byte still arrives in order;
+* a secret the model writes is masked on the direct path too;
+* a stop met in the middle of the stream closes the upstream from the sink.
+
+Events are built from recorded vLLM 0.32 chunks (tests/fixtures/recorded/vllm-0.32-cpu), each with
+its own numbered token so that order and loss show.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _servers import Canned, Replayer, RunningGateway, free_port
+
+from oaishim.check import check, exchange_from_bytes
+from oaishim.server import direct
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.wire.accumulate import accumulate_chat
+
+VLLM = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "vllm-0.32-cpu"
+RECORDED = (VLLM / "s1_chat_stream.body").read_bytes().split(b"\n\n")
+UPSTREAM_KEY = "sk-upstream-direct-5d1c9a77e2"
+REQUEST = {"model": "tiny", "messages": [{"role": "user", "content": "Count."}], "stream": True}
+
+
+def token(i: int) -> str:
+    return f"t{i:05d} "
+
+
+def stream(tokens: list[str]) -> bytes:
+    """The recorded role chunk, one recorded content chunk per token, the recorded finish (as "stop") and [DONE]."""
+    content = json.loads(RECORDED[1].removeprefix(b"data: "))
+    assert content["choices"][0]["delta"].keys() == {"content"}
+    events = [RECORDED[0]]
+    for text in tokens:
+        content["choices"][0]["delta"]["content"] = text
+        events.append(b"data: " + json.dumps(content, separators=(",", ":")).encode())
+    finish = json.loads(next(e for e in RECORDED if b'"finish_reason":"length"' in e).removeprefix(b"data: "))
+    finish["choices"][0]["delta"]["content"] = ""  # the recorded finish, as vLLM ends at the model's end token
+    finish["choices"][0]["finish_reason"] = "stop"
+    events.append(b"data: " + json.dumps(finish, separators=(",", ":")).encode())
+    return b"\n\n".join([*events, b"data: [DONE]", b""])
+
+
+def paced(body: bytes, delay: float) -> Canned:
+    """``body`` one event per write, ``delay`` seconds apart (each then reaches the gateway in its own read)."""
+    first = body.index(b"\n\n") + 2
+    return Canned(body, content_type="text/event-stream", piece=first, delay=delay)
+
+
+class Counted:
+    """What the sink did: pieces taken, pieces left to the ordinary path."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.taken = self.declined = 0
+        original = direct.Sink.__call__
+
+        def counting(sink: direct.Sink, piece: bytes) -> bool:
+            took = original(sink, piece)
+            if took:
+                self.taken += 1
+            else:
+                self.declined += 1
+            return took
+
+        monkeypatch.setattr(direct.Sink, "__call__", counting)
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Replayer]:
+    with Replayer() as replayer:
+        yield replayer
+
+
+@pytest.fixture(scope="module")
+def gateway(backend: Replayer) -> Iterator[str]:
+    route = ModelRoute("tiny", (backend.url,), profile="vllm@0.32", upstream_api_key=UPSTREAM_KEY)
+    with RunningGateway(Settings(models=(route,), port=free_port())) as gw:
+        yield gw.url
+
+
+@pytest.fixture(autouse=True)
+def _fresh(backend: Replayer) -> None:
+    backend.reset()
+
+
+def raw_request(url: str, body: dict[str, Any]) -> tuple[socket.socket, bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(data)}\r\n\r\n"
+    client = socket.create_connection((host, int(port)), timeout=20)
+    return client, head.encode() + data
+
+
+def read_response(client: socket.socket) -> bytes:
+    """The whole chunked response body (de-chunked) of a response whose connection stays open."""
+    pieces: list[bytes] = []
+    last = b""
+    while not last.endswith(b"\r\n0\r\n\r\n"):
+        piece = client.recv(1 << 20)
+        assert piece, "the gateway closed the connection before the end of the body"
+        pieces.append(piece)
+        last = (last + piece)[-16:]
+    raw = b"".join(pieces)
+    end = raw.index(b"\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in raw[:end].lower()
+    body: list[bytes] = []
+    at = end + 4
+    while True:
+        line_end = raw.index(b"\r\n", at)
+        size = int(raw[at:line_end], 16)
+        if size == 0:
+            return b"".join(body)
+        body.append(raw[line_end + 2 : line_end + 2 + size])
+        at = line_end + 2 + size + 2
+
+
+def client_chunks(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(e[6:]) for e in body.split(b"\n\n") if e.startswith(b"data: {")]
+
+
+def content(body: bytes) -> str:
+    return "".join(c["delta"].get("content") or "" for e in client_chunks(body) for c in e["choices"])
+
+
+def test_pieces_taken_direct_make_the_ordinary_stream(backend: Replayer, gateway: str, monkeypatch: Any) -> None:
+    seen = Counted(monkeypatch)
+    tokens = [token(i) for i in range(40)]
+    backend.push(paced(stream(tokens), 0.005))
+    client, request = raw_request(gateway, REQUEST)
+    with client:
+        client.sendall(request)
+        body = read_response(client)
+    assert content(body) == "".join(tokens)
+    assert body.endswith(b"data: [DONE]\n\n")
+    assert seen.taken >= 30  # after the head, while the relay waited: nearly every event
+    (choice,) = accumulate_chat(client_chunks(body))["choices"]
+    assert choice["finish_reason"] == "stop"
+    exchange = exchange_from_bytes(body, request=REQUEST, status=200, headers={"content-type": "text/event-stream"})
+    assert [(f.rule, f.message) for f in check(exchange) if f.severity == "error"] == []
+
+
+def test_a_client_that_does_not_read_gets_every_byte_in_order(
+    backend: Replayer, gateway: str, monkeypatch: Any
+) -> None:
+    seen = Counted(monkeypatch)
+    tokens = [token(i) + "x" * 2000 for i in range(6000)]  # ~12 MB to the client: more than the socket buffers
+    backend.push(paced(stream(tokens), 0.0))
+    client, request = raw_request(gateway, REQUEST)
+    with client:
+        client.sendall(request)
+        time.sleep(1.5)  # not reading: the kernel's buffers fill, then the gateway's writes back up and pause
+        body = read_response(client)
+    assert content(body) == "".join(tokens)
+    assert seen.declined >= 1  # the paused client sent pieces the ordinary way
+
+
+def test_a_secret_the_model_writes_is_masked(backend: Replayer, gateway: str, monkeypatch: Any) -> None:
+    seen = Counted(monkeypatch)
+    tokens = [token(i) for i in range(10)] + [f"the key is {UPSTREAM_KEY}."] + [token(99)]
+    backend.push(paced(stream(tokens), 0.005))
+    client, request = raw_request(gateway, REQUEST)
+    with client:
+        client.sendall(request)
+        body = read_response(client)
+    assert UPSTREAM_KEY.encode() not in body
+    assert "the key is [REDACTED]." in content(body) and content(body).endswith(token(99))
+    assert seen.taken >= 8
+
+
+def test_a_stop_in_the_middle_closes_the_upstream_from_the_sink(
+    backend: Replayer, gateway: str, monkeypatch: Any
+) -> None:
+    seen = Counted(monkeypatch)
+    tokens = [token(i) for i in range(200)]
+    backend.push(paced(stream(tokens), 0.01))  # 2 s in all, if read to the end
+    client, request = raw_request(gateway, {**REQUEST, "stop": [token(20).strip()]})
+    started = time.monotonic()
+    with client:
+        client.sendall(request)
+        body = read_response(client)
+    assert content(body) == "".join(tokens[:20])
+    (choice,) = accumulate_chat(client_chunks(body))["choices"]
+    assert choice["finish_reason"] == "stop"
+    assert backend.closed_early.wait(timeout=2), "the gateway kept reading the upstream stream"
+    assert backend.closed_at is not None and backend.closed_at - started < 1.5
+    assert seen.taken >= 15
