@@ -150,30 +150,33 @@ def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float) 
             wait_port(gw_port, gateway, 300)
             url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
             gauge = Gauge(gateway.pid, folder)
-            plain = loadgen.request_bytes(url, 16, False)
-            out: dict[str, Any] = {}
-            asyncio.run(batch(url, plain, 20))  # warm: profile cached, code paths taken once
-            one, two = gauge.measure(url, plain, requests), gauge.measure(url, plain, 2 * requests)
-            out["plain_request"] = (two - one) / requests
-            post_mode(f"http://127.0.0.1:{up_port}", gap_ms)
-            short, long = loadgen.request_bytes(url, SHORT, True), loadgen.request_bytes(url, LONG, True)
-            asyncio.run(batch(url, long, 2))
-            a, b = gauge.measure(url, short, streams), gauge.measure(url, long, streams)
-            out["stream_chunk"] = (b - a) / ((LONG - SHORT) * streams)
+            up = f"http://127.0.0.1:{up_port}"
+
+            def per_request(target: str, warm: int) -> float:
+                """Instructions per plain request to ``target`` (N vs 2N), after ``warm`` untimed ones."""
+                post_mode(up, 0.0)
+                raw = loadgen.request_bytes(target, 16, False)
+                asyncio.run(batch(target, raw, warm))  # warm: profile cached, code paths taken once
+                one, two = gauge.measure(target, raw, requests), gauge.measure(target, raw, 2 * requests)
+                return (two - one) / requests
+
+            def per_chunk(target: str) -> tuple[float, int, bytes]:
+                """Instructions per streamed chunk (SHORT vs LONG chunks a stream), with the count of
+                the SHORT batch and its request, for the per-stream figure."""
+                post_mode(up, gap_ms)
+                short, long = loadgen.request_bytes(target, SHORT, True), loadgen.request_bytes(target, LONG, True)
+                asyncio.run(batch(target, long, 2))
+                a, b = gauge.measure(target, short, streams), gauge.measure(target, long, streams)
+                return (b - a) / ((LONG - SHORT) * streams), a, short
+
+            out: dict[str, Any] = {"plain_request": per_request(url, 20)}
+            out["stream_chunk"], a, short = per_chunk(url)
             one2 = gauge.measure(url, short, 2 * streams)
             out["stream_request"] = (one2 - a) / streams - SHORT * out["stream_chunk"]
             if responses:
                 rurl = f"http://127.0.0.1:{gw_port}/v1/responses"
-                post_mode(f"http://127.0.0.1:{up_port}", 0.0)
-                rp = loadgen.request_bytes(rurl, 16, False)
-                asyncio.run(batch(rurl, rp, 10))
-                one, two = gauge.measure(rurl, rp, requests), gauge.measure(rurl, rp, 2 * requests)
-                out["responses_plain_request"] = (two - one) / requests
-                post_mode(f"http://127.0.0.1:{up_port}", gap_ms)
-                rs, rl = loadgen.request_bytes(rurl, SHORT, True), loadgen.request_bytes(rurl, LONG, True)
-                asyncio.run(batch(rurl, rl, 2))
-                a, b = gauge.measure(rurl, rs, streams), gauge.measure(rurl, rl, streams)
-                out["responses_stream_chunk"] = (b - a) / ((LONG - SHORT) * streams)
+                out["responses_plain_request"] = per_request(rurl, 10)
+                out["responses_stream_chunk"] = per_chunk(rurl)[0]
             return {k: round(v) for k, v in out.items()}
         finally:
             gateway.terminate()

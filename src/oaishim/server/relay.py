@@ -146,17 +146,7 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
     watcher = asyncio.ensure_future(_client_gone(receive))
     watcher.add_done_callback(client_gone)
     try:
-        await work  # what the work raises (an OpenAIError becomes the client's error) goes up as it is
-    except asyncio.CancelledError:
-        if not gone or task.uncancel() > 0:  # not ours alone: the server is shutting down
-            raise
-        log.info("client went away; closed the upstream request")
-        ex = current_exchange()
-        if ex is not None:
-            ex.gone = True
-    else:
-        if gone:  # the work swallowed our cancel: take it back, or a later timeout in this task misfires
-            task.uncancel()
+        await _run(work, task, lambda: gone)
     finally:
         finished = True
         watcher.remove_done_callback(client_gone)
@@ -166,7 +156,8 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
 
 
 async def _run(work: Coroutine[Any, Any, None], task: asyncio.Task[Any], gone: Any) -> None:
-    """``await work``; a cancel that came from the client leaving ends it quietly (as above)."""
+    """``await work``; a cancel that came from the client leaving (``gone()``) ends it quietly. What
+    the work raises otherwise (an OpenAIError becomes the client's error) goes up as it is."""
     try:
         await work
     except asyncio.CancelledError:
