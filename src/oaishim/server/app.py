@@ -189,7 +189,7 @@ class Gateway(Dispatch):
         if rec is not None:
             receive, send = rec.wrap(receive, send)
             upstream = RecordingUpstream(upstream, rec)
-            ex.recorded = True
+            ex.direct_body = None  # the recorder reads each message the client is sent (server.direct)
         if self.secrets:
             send = ex.scrubbing = scrubbing(send, self.secrets)
         send = ex.watch(send)

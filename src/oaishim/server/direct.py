@@ -58,8 +58,8 @@ class Writer:
 
 def writer_for(ex: Exchange | None) -> Writer | None:
     """The direct writer of the exchange's response, where the server offers one and nothing else
-    must see each message (no capture)."""
-    if ex is None or ex.direct_body is None or ex.recorded:
+    must see each message (a capture takes ``direct_body`` away: server.app)."""
+    if ex is None or ex.direct_body is None:
         return None
     found = ex.direct_body(ex.scope)
     if found is None:

@@ -97,7 +97,6 @@ class Exchange:
         "on_gone",
         "path",
         "profile",
-        "recorded",
         "repairs",
         "request_id",
         "scope",
@@ -130,7 +129,6 @@ class Exchange:
         self.on_gone: OnGone | None = extensions.get(ON_GONE) if extensions else None
         self.direct_body: DirectBody | None = extensions.get(DIRECT_BODY) if extensions else None
         self.scrubbing: Scrubbing | None = None  # the secret masking of this response's send chain
-        self.recorded = False  # a capture records this exchange's messages (no direct writes: server.direct)
         self.scope = scope
         self.endpoint = "other"  # chat, completions, embeddings, responses, models, health, metrics, passthrough
         self.model: str | None = None  # a configured route name only (the metrics' cardinality is bounded)

@@ -553,11 +553,11 @@ def _counted(timings: Any) -> dict[str, Any] | None:
     tokens, the completion the tokens predicted so far; None without them."""
     if not isinstance(timings, dict):
         return None
-    prompt = [_parts.count(timings.get(k)) for k in ("cache_n", "prompt_n")]
+    cached, processed = (_parts.count(timings.get(k)) for k in ("cache_n", "prompt_n"))
     completion = _parts.count(timings.get("predicted_n"))
-    if prompt[1] is None or completion is None:
+    if processed is None or completion is None:
         return None
-    return _parts.usage({"prompt_tokens": (prompt[0] or 0) + prompt[1], "completion_tokens": completion})
+    return _parts.usage({"prompt_tokens": (cached or 0) + processed, "completion_tokens": completion})
 
 
 def _starts_another(entry: _Call, upstream_id: Any, name: str | None) -> bool:
