@@ -141,7 +141,12 @@ class Dispatch:
                 ex.fault(failure)
             raise
         body = prepared.body
-        resends = [r for r in self._resends(prepared, ctx, profile) if r[0] == response.status]
+        # (only an error answer can be a refusal: the bodies to resend are not built for the others)
+        resends = (
+            [r for r in self._resends(prepared, ctx, profile) if r[0] == response.status]
+            if response.status >= 400
+            else []
+        )
         if resends:
             # A backend without a tool-call parser refuses tool_choice "auto" (vLLM, V-5): the gateway
             # parses tool calls written as text, so it asks again with "none". A forced choice it
