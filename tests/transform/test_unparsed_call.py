@@ -99,3 +99,35 @@ def test_the_usage_is_the_backends_last_counts_when_the_refusal_took_its_place()
         assert (usage["prompt_tokens"], usage["completion_tokens"]) == (prompt, last["predicted_n"]), pieces
         assert usage["total_tokens"] == prompt + last["predicted_n"]
         assert b'"timings"' not in out  # the counts are the gateway's to read, not the client's
+
+
+GRAMMAR_DONE = get_profile("llamacpp").tool_choice.grammar_done
+
+
+@pytest.mark.parametrize("mode", ["auto", "named"])
+def test_an_error_after_a_completed_grammar_ends_the_stream_as_the_answer_at_every_split(mode: str) -> None:
+    """L-33 (recorded): the grammar had completed, one more token came, llama.cpp's error stands
+    where the finish belongs; seen live on a forced choice's guided second try, so under any mode."""
+    raw, request = recorded("chat_tools_auto_grammar_end_stream")
+    assert GRAMMAR_DONE is not None and GRAMMAR_DONE.encode() in raw
+    want = upstream_text(raw)
+    assert want
+    for pieces in every_split(raw):
+        plan = RepairPlan(tools=True, tool_names=frozenset({"shell"}))
+        context = ResponseContext("tiny", tool_mode=mode, repair=plan, grammar_done=GRAMMAR_DONE)  # type: ignore[arg-type]
+        out, pipe = run(pieces, context)
+        assert pipe.ended and pipe.normalizer.error is None, pieces
+        message = accumulate_chat(chunks(out))["choices"][0]
+        assert (message["message"]["content"], message["finish_reason"]) == (want, "stop")
+        assert "grammar_end_finished" in context.repairs
+        exchange = exchange_from_bytes(out, request=request, status=200, headers={"content-type": "text/event-stream"})
+        assert [(f.rule, f.message) for f in check(exchange) if f.severity == "error"] == []
+
+
+def test_without_the_grammar_phrase_that_error_stays_the_streams_end() -> None:
+    raw, _ = recorded("chat_tools_auto_grammar_end_stream")
+    out, pipe = run([raw], ctx(PHRASE))  # the unparsed phrase alone does not cover it
+    assert pipe.normalizer.error is not None and b"[DONE]" not in out
+    assert (
+        "empty grammar stack" in json.loads(out.strip().split(b"\n\n")[-1].removeprefix(b"data: "))["error"]["message"]
+    )

@@ -27,6 +27,10 @@ parse as the template's call format (llama.cpp, L-31): no call came back, so the
 without the call (asked once more), not passed on as a server fault. Under ``auto`` a plain answer
 is asked again with ``none``; a stream ends as the answer the client already has (L-32).
 
+``grammar_done``: a phrase of the backend's error event when the grammar of its guided decoding
+(a call's trigger, a ``json_schema``) had completed and one more token came (llama.cpp, L-33): what
+was streamed is the whole constrained answer, so the stream ends as that answer.
+
 ``counts``: a request field (true) that makes the backend count the tokens on every streamed chunk
 (llama.cpp's ``timings_per_token``), sent on a stream under ``auto`` where ``unparsed`` may end it
 without its usage: the last count stands in for it.
@@ -52,6 +56,7 @@ class ToolChoiceSupport:
     verify: bool = False
     unparsed: str | None = None
     counts: str | None = None
+    grammar_done: str | None = None
     none_hides_tools: bool = False  # tool_choice "none": tools (and the choice) are not sent at all
     parallel_default: bool = True  # the backend's own default for parallel_tool_calls
 

@@ -97,6 +97,7 @@ _TOOL_CHOICE = ToolChoiceSupport(
     verify=True,
     unparsed="does not match the expected",  # L-31: its 500 when the call it began does not parse
     counts="timings_per_token",  # L-32: each chunk's timings count the prompt and the tokens so far
+    grammar_done="Unexpected empty grammar stack",  # L-33: its error after a grammar that had completed
     guided="json_schema",
     guided_key=None,
 )

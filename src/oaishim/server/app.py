@@ -300,7 +300,14 @@ class Gateway(Dispatch):
         client = validate(endpoint, body)
         profile = await self.profile_for(route)
         prepared = rewrite(endpoint, client, profile, upstream_model=route.upstream_model)
-        ctx = response_context(endpoint, prepared, self.settings, profile.display_markup, profile.tool_choice.unparsed)
+        ctx = response_context(
+            endpoint,
+            prepared,
+            self.settings,
+            profile.display_markup,
+            profile.tool_choice.unparsed,
+            profile.tool_choice.grammar_done,
+        )
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         note(route.name, profile.name, prepared)
         if isinstance(upstream, RecordingUpstream):

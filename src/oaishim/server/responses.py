@@ -246,7 +246,14 @@ class ResponsesAPI:
         client = validate("chat", chat)  # the mapped request passes what a chat request must
         profile = await gateway.profile_for(route)
         prepared = rewrite("chat", client, profile, upstream_model=route.upstream_model)
-        ctx = response_context("chat", prepared, self.settings, profile.display_markup, profile.tool_choice.unparsed)
+        ctx = response_context(
+            "chat",
+            prepared,
+            self.settings,
+            profile.display_markup,
+            profile.tool_choice.unparsed,
+            profile.tool_choice.grammar_done,
+        )
         # The encoder reads reasoning from reasoning_content whatever the chat setting says.
         ctx = replace(ctx, reasoning_field="reasoning_content", keep_extensions=False, context_param="input")
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []

@@ -54,6 +54,9 @@ class ResponseContext:
     # (llama.cpp, L-31/L-32): in a stream that has already carried the text as content, that error
     # ends the choices as a finish instead (the profile's ``tool_choice.unparsed``)
     unparsed_call: str | None = None
+    # The backend's words for a token its completed grammar could not take (llama.cpp, L-33): the
+    # constrained answer already streamed is whole, so that error ends it as a finish too
+    grammar_done: str | None = None
 
     def __post_init__(self) -> None:
         if not self.response_id:

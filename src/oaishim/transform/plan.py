@@ -46,9 +46,11 @@ def response_context(
     settings: ResponseSettings,
     markup: frozenset[str] = frozenset(),
     unparsed: str | None = None,
+    grammar_done: str | None = None,
 ) -> ResponseContext:
     """What the response side must produce for this request, under these settings (``markup``: what
-    the profile names as display markup; ``unparsed``: its phrase for a call its parser refused)."""
+    the profile names as display markup; ``unparsed``, ``grammar_done``: its phrases for a call its
+    parser refused and for a token its completed grammar could not take)."""
     chat = endpoint == "chat"
     repair = settings.text_repair
     structured = prepared.output_format is not None
@@ -85,4 +87,5 @@ def response_context(
         output_format=prepared.output_format,
         forced_tool=forced_name(prepared.tool_choice) if chat and prepared.tools_offered else None,
         unparsed_call=unparsed if chat and tool_mode == "auto" else None,
+        grammar_done=grammar_done if chat else None,
     )

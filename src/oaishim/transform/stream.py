@@ -490,25 +490,31 @@ class StreamNormalizer:
     def upstream_failed(self, body: Any) -> list[Chunk]:
         """End the stream with the error the upstream sent in it (``body``: any backend's shape)."""
         error = normalize_upstream_error(200, body, context_param=self.ctx.context_param)
-        phrase = self.ctx.unparsed_call
-        if phrase and phrase in error.message and self.choices and not self.ended:
-            return self._unparsed_end()
+        if self.choices and not self.ended:
+            for phrase, kind in (
+                (self.ctx.unparsed_call, "unparsed_call_finished"),
+                (self.ctx.grammar_done, "grammar_end_finished"),
+            ):
+                if phrase and phrase in error.message:
+                    return self._answer_end(kind)
         if not self.ended:
             self.upstream_error = True
         return self.fail(error)
 
-    def _unparsed_end(self) -> list[Chunk]:
-        """llama.cpp's final parse refused a call the model began under "auto" (L-32), after its
-        partial parses had streamed every token as content: the text the client has is the whole
-        answer, so each open choice finishes ("stop", as there is no call) where the error stood."""
+    def _answer_end(self, kind: str) -> list[Chunk]:
+        """An error event that stands where the finish belongs after a whole answer (``kind``, the
+        repair): llama.cpp's final parse refused a call the model began under "auto", after its
+        partial parses had streamed every token as content (L-32), or its guided decoding's grammar
+        had completed when one more token came (L-33). The text the client has is the answer, so
+        each open choice finishes ("stop") where the error stood."""
         out: list[Chunk] = []
         for state in self.choices.values():
             if state.state != "finished" and state.held is None:
                 out += self._finish(state, "stop")
-        self.ctx.repairs.add("unparsed_call_finished")
-        if self.usage is None:  # the refusal stands where the usage came: the backend's last counts
+        self.ctx.repairs.add(kind)
+        if self.usage is None:  # the error stands where the usage came: the backend's last counts
             self.usage = _counted(self._counts)
-        log.info("stream %s (model %s): the backend could not parse a call it began; finished as text", *self._where())
+        log.info("stream %s (model %s): the backend's error after a whole answer (%s); finished", *self._where(), kind)
         return [*out, *self._release()]
 
     def fail(self, error: OpenAIError) -> list[Chunk]:
