@@ -196,6 +196,18 @@ def test_llamacpp_unparsed_call_in_a_stream_under_auto_ends_as_the_answer_on_cha
     assert (usage["input_tokens"], usage["output_tokens"]) == (last["cache_n"] + last["prompt_n"], last["predicted_n"])
 
 
+def test_llamacpp_completed_grammar_500_under_auto_is_asked_again_with_none() -> None:
+    """L-33, plain: the error event of the recorded stream is the whole 500 body (seen live on the
+    Agents SDK's turn after its tool call): asked once more with "none", never a 500 to the client."""
+    recorded = (FIXTURES / "recorded" / "llamacpp-server" / "ls.chat_tools_auto_grammar_end_stream.body").read_bytes()
+    error = next(e for e in recorded.split(b"\n\n") if b"empty grammar stack" in e).removeprefix(b"data: ")
+    app, fake = gateway("llamacpp@b9174", Canned(error, 500), Canned(LLAMA_TEXT))
+    reply = post(app, {**ASK, "tool_choice": "auto"})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    first, second = (json.loads(s.body) for s in fake.seen)
+    assert first["tool_choice"] == "auto" and second["tool_choice"] == "none"
+
+
 def test_llamacpp_other_server_errors_pass_through_unretried() -> None:
     failure = {"error": {"code": 500, "message": "slot unavailable", "type": "server_error"}}
     app, fake = gateway("llamacpp@b9174", Canned(json.dumps(failure).encode(), 500))

@@ -154,7 +154,8 @@ class Dispatch:
             # thinking switch the template does not read is refused by TensorRT-LLM's guard: asked
             # again without it (ReasoningEffortIn.switch_refusal). llama.cpp answers 500 when what the
             # model began as a call under "auto" does not parse (L-31): asked again with "none", the
-            # gateway parsing calls written as text. The refusal's wording says which.
+            # gateway parsing calls written as text; so is its 500 when the lazy grammar of a call
+            # had completed and one more token came (L-33). The refusal's wording says which.
             try:
                 raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
             finally:
@@ -213,8 +214,9 @@ class Dispatch:
             as_none = {**prepared.body, "tool_choice": "none"}
             if profile.auto_tools_refusal:
                 out.append((400, profile.auto_tools_refusal, as_none, "tool_choice_none_resent"))
-            if profile.tool_choice.unparsed:
-                out.append((500, profile.tool_choice.unparsed, as_none, "tool_choice_none_resent"))
+            for phrase in (profile.tool_choice.unparsed, profile.tool_choice.grammar_done):  # L-31, L-33
+                if phrase:
+                    out.append((500, phrase, as_none, "tool_choice_none_resent"))
             return out
         refusal = profile.tool_choice.refusal
         if refusal and prepared.body.get("tool_choice") == prepared.tool_choice:
