@@ -28,6 +28,11 @@ settings.register_profile(
 settings.load_profile(os.environ.get("OAISHIM_HYPOTHESIS_PROFILE", "ci"))
 
 
+# The fast suite's selections: the pure run's, and the compiled core's (scripts/test), which leaves out
+# the tests that swap a function inside the package (compiled modules call their own directly).
+FAST = ("not live", "not live and not patches_internals")
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -47,7 +52,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         return
     if option.numprocesses is not None or option.dist != "no" or option.collectonly or option.usepdb:
         return  # the command line chose, or a run that cannot be distributed
-    if " ".join(option.markexpr.split()) != "not live" or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+    if " ".join(option.markexpr.split()) not in FAST or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
         return
     workers = min(_cpus(), 4)
     if workers > 1:

@@ -94,6 +94,7 @@ def test_edge_bodies_the_official_api_accepts_go_through(
     assert len(backend.seen) == 1
 
 
+@pytest.mark.patches_internals
 def test_a_request_is_validated_once(backend: Replayer, gateways: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway validates before it learns the profile, and the rewrite does not validate again."""
     import oaishim.transform.validate as validation

@@ -219,6 +219,7 @@ def test_named_odd_chunks(name: str, chat: bool) -> None:
     _plain(normalize_chat if chat else normalize_completion, body, ctx)
 
 
+@pytest.mark.patches_internals
 def test_a_fault_of_the_gateways_own_is_one_error_event_and_logged(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

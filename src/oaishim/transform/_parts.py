@@ -164,7 +164,7 @@ def legacy_logprobs(logprobs: Any, want: int, offset: int = 0) -> dict[str, Any]
         offsets = [o for o in sequence(logprobs.get("text_offset")) if count(o) is not None]
         return {
             "tokens": tokens,
-            "token_logprobs": [v if v is None else _logprob(v) for v in sequence(logprobs.get("token_logprobs"))],
+            "token_logprobs": [None if v is None else _logprob(v) for v in sequence(logprobs.get("token_logprobs"))],
             "top_logprobs": tops,
             "text_offset": offsets or [offset + i for i in range(len(tokens))],
         }

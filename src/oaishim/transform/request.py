@@ -101,7 +101,7 @@ class PreparedRequest:
     tool_choice: str | dict[str, Any] = "none"
     stop: list[str] = field(default_factory=list)
     include_stop_str_in_output: bool = False
-    max_tokens: int | None = None
+    max_tokens: int | float | None = None  # a whole number; JSON may spell it 1e3 (kept: it may pass 2**64)
     repairs: list[str] = field(default_factory=list)  # what the rewrite changed, by kind (for the operator)
     thinking: reasoning_effort.Thinking = reasoning_effort.THINKING_ON  # thinking off, and did it get through
     # tool_choice / parallel_tool_calls (issue 15): what the gateway checks in the answer itself
@@ -182,7 +182,12 @@ def _rewrite_messages(messages: list[Any], profile: Profile) -> list[Any]:
     return out
 
 
-def _limit(client: Mapping[str, Any], endpoint: Endpoint) -> int | None:
+def _whole(value: Any) -> Any:
+    """A small integer field as an int: validation let through 2.0 for 2, as the official API does."""
+    return int(value) if isinstance(value, float) else value
+
+
+def _limit(client: Mapping[str, Any], endpoint: Endpoint) -> int | float | None:
     if endpoint == "chat":
         mct = client.get("max_completion_tokens")
         return mct if mct is not None else client.get("max_tokens")
@@ -192,7 +197,7 @@ def _limit(client: Mapping[str, Any], endpoint: Endpoint) -> int | None:
     return None
 
 
-def _set_limit(body: dict[str, Any], limit: int | None, endpoint: Endpoint, profile: Profile) -> None:
+def _set_limit(body: dict[str, Any], limit: int | float | None, endpoint: Endpoint, profile: Profile) -> None:
     if endpoint == "completions":  # only max_tokens exists there, and every backend reads it
         body["max_tokens"] = limit
         return
@@ -296,9 +301,9 @@ def rewrite(
         stream=stream,
         include_usage=include_usage,
         dropped=dropped,
-        n=client.get("n") or 1,
-        logprobs=(logprobs is True) if endpoint == "chat" else logprobs,
-        top_logprobs=client.get("top_logprobs") if endpoint == "chat" else None,
+        n=_whole(client.get("n") or 1),
+        logprobs=(logprobs is True) if endpoint == "chat" else _whole(logprobs),
+        top_logprobs=_whole(client.get("top_logprobs")) if endpoint == "chat" else None,
         tools_offered=tools_offered,
         tool_choice=choice if choice is not None else ("auto" if tools_offered else "none"),
         stop=_stops(client.get("stop")),

@@ -201,7 +201,7 @@ class StreamNormalizer:
             return []  # the official stream sends nothing for a choice after its finish
         out: list[Chunk] = []
         if self.ctx.chat:
-            delta = choice.get("delta")
+            delta: object = choice.get("delta")
             if not isinstance(delta, Mapping):
                 if delta is not None:
                     raise _parts.unreadable("a choice's delta", delta, "an object")
@@ -329,7 +329,7 @@ class StreamNormalizer:
             if not isinstance(calls, list):
                 raise _parts.unreadable("a delta's tool_calls", calls, "an array")
             for call in calls:
-                fn = call.get("function") if isinstance(call, Mapping) else None
+                fn: object = call.get("function") if isinstance(call, Mapping) else None
                 if not isinstance(fn, Mapping):
                     if fn is not None or not isinstance(call, Mapping):
                         raise _parts.unreadable("a tool-call delta", call, 'an object with a "function" object')

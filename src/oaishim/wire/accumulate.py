@@ -12,8 +12,8 @@ numbers) we keep its intent instead; each such place says so in its docstring.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Protocol
 
 __all__ = [
     "ChatAccumulator",
@@ -219,9 +219,8 @@ class _ChatChoice:
 class _Accumulator:
     """Feeding and building shared by both accumulators; subclasses name the objects and choice type."""
 
-    _chunk_object: str
-    _result_object: str
-    _choice_type: Callable[[int], _ChoiceBuilder]
+    _chunk_object: ClassVar[str]
+    _result_object: ClassVar[str]
 
     def __init__(self) -> None:
         self._header = _StreamHeader()
@@ -234,8 +233,11 @@ class _Accumulator:
         for choice in chunk.get("choices") or []:
             index = _choice_index(choice)
             if index not in self._choices:
-                self._choices[index] = type(self)._choice_type(index)
+                self._choices[index] = self._new_choice(index)
             self._choices[index].feed(choice)
+
+    def _new_choice(self, index: int) -> _ChoiceBuilder:
+        raise NotImplementedError
 
     def result(self) -> dict[str, Any]:
         """The final object so far (a fresh copy; raises ``ValueError`` if nothing was fed)."""
@@ -268,7 +270,9 @@ class ChatAccumulator(_Accumulator):
 
     _chunk_object = "chat.completion.chunk"
     _result_object = "chat.completion"
-    _choice_type = _ChatChoice
+
+    def _new_choice(self, index: int) -> _ChoiceBuilder:
+        return _ChatChoice(index)
 
 
 class _TextChoice:
@@ -319,7 +323,9 @@ class CompletionAccumulator(_Accumulator):
 
     _chunk_object = "text_completion"
     _result_object = "text_completion"
-    _choice_type = _TextChoice
+
+    def _new_choice(self, index: int) -> _ChoiceBuilder:
+        return _TextChoice(index)
 
 
 def accumulate_chat(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -94,7 +94,7 @@ def unsupported(param: str, why: str) -> OpenAIError:
     return bad_request(f"Unsupported parameter: '{param}': {why}.", param, "unsupported_parameter")
 
 
-def _number(body: Mapping[str, Any], name: str, low: float, high: float | None, *, integer: bool) -> None:
+def _number(body: Mapping[str, Any], name: str, low: int | float, high: int | float | None, *, integer: bool) -> None:
     value = body.get(name)
     if value is None:
         return

@@ -69,8 +69,8 @@ class ResponsesRequestInfo:
     tool_choice: Any = "auto"
     text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}, "verbosity": "medium"})
     reasoning: dict[str, Any] = field(default_factory=lambda: {"effort": None, "summary": None})
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: int | float = 1.0
+    top_p: int | float = 1.0
     top_logprobs: int = 0
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None

@@ -240,8 +240,11 @@ class InputMapper:
             raise invalid_type(f"{param}.output", "one of a string or array of objects", output)
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
-    _function_call_output = _output
-    _custom_tool_call_output = _output
+    def _function_call_output(self, item: Mapping[str, Any], param: str) -> None:
+        self._output(item, param)
+
+    def _custom_tool_call_output(self, item: Mapping[str, Any], param: str) -> None:
+        self._output(item, param)
 
     def _reasoning(self, item: Mapping[str, Any], param: str) -> None:
         texts: list[str] = []

@@ -38,7 +38,7 @@ class _Open:
     kind: str  # "reasoning" | "message" | "function_call" | "custom_tool_call"
     item: dict[str, Any]
     index: int
-    key: object = None  # the chat tool-call index, for calls
+    key: Any = None  # the chat tool-call index, for calls
     part: str | None = None  # the open content part's type
     texts: list[str] = field(default_factory=list)  # the open part's (or call's) text so far
     logprobs: list[dict[str, Any]] = field(default_factory=list)

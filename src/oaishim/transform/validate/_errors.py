@@ -86,13 +86,13 @@ def unknown_parameter(param: str) -> OpenAIError:
     return bad_request(f"Unknown parameter: '{param}'.", param, "unknown_parameter")
 
 
-def _number(bound: float) -> str:
+def _number(bound: int | float) -> str:
     if isinstance(bound, int):
         return str(bound)
     return str(int(bound)) if bound.is_integer() else str(bound)
 
 
-def out_of_range(param: str, value: float, bound: float, *, below: bool, integer: bool) -> OpenAIError:
+def out_of_range(param: str, value: int | float, bound: int | float, *, below: bool, integer: bool) -> OpenAIError:
     word = "integer" if integer else "decimal"
     where, sign, code = ("below minimum", ">=", "below_min") if below else ("above maximum", "<=", "above_max")
     return bad_request(

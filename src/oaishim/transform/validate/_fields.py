@@ -41,8 +41,8 @@ class _Field:
     name: str
     kind: Kind
     endpoints: frozenset[Endpoint]
-    minimum: float | None = None
-    maximum: float | None = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
 
 
 _FIELDS: tuple[_Field, ...] = (
@@ -94,7 +94,7 @@ def _is(kind: Kind, value: Any) -> bool:
     return isinstance(value, Mapping)
 
 
-def _out_of_range(spec: _Field, value: float, *, below: bool) -> OpenAIError:
+def _out_of_range(spec: _Field, value: int | float, *, below: bool) -> OpenAIError:
     bound = (spec.minimum if below else spec.maximum) or 0
     return out_of_range(spec.name, value, bound, below=below, integer=spec.kind == "integer")
 

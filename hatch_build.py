@@ -1,0 +1,152 @@
+"""The compiled core: ``wire/`` and ``transform/`` built with mypyc into the wheel, and a pure fallback.
+
+The gateway spends about a third of a plain request and most of a streamed chunk in the pure core
+(bytes to events, the rewrites), which is mypy-strict already; mypyc turns those modules into C
+extensions that run the same code with the type checks it implies (bench/README.md has the counts).
+This file is three things:
+
+* hatchling's build hook (``[tool.hatch.build.targets.wheel.hooks.custom]`` in pyproject.toml): a
+  wheel build (``pip install .``, ``python -m build``) compiles the core and ships the extensions
+  beside the ``.py`` files, which stay as the source of tracebacks. Python imports an extension
+  ahead of a ``.py`` of the same name. When the compiler or mypyc fails, or ``OAISHIM_PURE=1`` is
+  set, the wheel is the pure one and says so on stderr: the package installs anywhere.
+  An editable install (``pip install -e``, what ``scripts/run`` and ``scripts/test`` use) is never
+  compiled, so an edited ``.py`` is what runs;
+* :func:`compile_core`, for ``scripts/test`` (the fast suite again on the compiled core, so both
+  builds are held to the same tests) and ``bench/run`` (which measures the compiled core, as a
+  wheel would install it);
+* ``python hatch_build.py [--out DIR]``: build a compiled copy of ``src/`` (cached by content under
+  ``build/compiled-core/``) and print the folder to put on ``PYTHONPATH``.
+
+What compiled code holds to that pure Python does not: a value must match its annotation at run
+time (an ``int`` where ``float`` is declared becomes a float, so JSON numbers are ``int | float``),
+and a module's functions call each other directly (a test that swaps one with ``monkeypatch``
+cannot reach those calls: such tests are marked ``patches_internals`` and run on the pure build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES = ("wire", "transform")  # under src/oaishim: the pure core
+# Left as Python: an exception that is a frozen dataclass (mypyc cannot make it a native class).
+LEFT_OUT = ("wire/errors.py",)
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def core_modules(package: Path) -> list[str]:
+    """The core's modules under ``package`` (a folder named ``oaishim``), as paths relative to its parent."""
+    out = []
+    for name in PACKAGES:
+        for path in sorted((package / name).rglob("*.py")):
+            relative = path.relative_to(package).as_posix()
+            if relative not in LEFT_OUT:
+                out.append(f"oaishim/{relative}")
+    return out
+
+
+def fingerprint(package: Path) -> str:
+    """A hash of what the compiled core is made from: its modules, this file and the compiler's version."""
+    import mypy.version
+
+    digest = hashlib.sha256(f"{mypy.version.__version__} {sys.version} {SUFFIX}".encode())
+    digest.update(Path(__file__).read_bytes())
+    for relative in core_modules(package):
+        digest.update(relative.encode() + b"\0" + (package.parent / relative).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def compile_core(package: Path, out: Path, *, quiet: bool = True) -> list[Path]:
+    """Copy ``package`` (a folder named ``oaishim``) into ``out`` and compile its core there.
+
+    Returns the extension files, relative to ``out``: one per module and mypyc's shared library
+    (``<hash>__mypyc``, at the top). Raises ``subprocess.CalledProcessError`` when mypyc or the C
+    compiler fails."""
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(package, out / "oaishim", ignore=shutil.ignore_patterns("__pycache__", f"*{SUFFIX}"))
+    env = {**os.environ, "MYPYC_OPT_LEVEL": os.environ.get("MYPYC_OPT_LEVEL", "3")}
+    # Third-party modules without stubs in a build environment are typed Any, as for mypy --strict's
+    # own run they are not (orjson and jsonschema-rs ship their types; the hook installs them).
+    argv = [sys.executable, "-m", "mypyc", "--ignore-missing-imports", *core_modules(out / "oaishim")]
+    done = subprocess.run(argv, cwd=out, env=env, capture_output=quiet, text=True, check=False)
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
+    shutil.rmtree(out / "build", ignore_errors=True)
+    return sorted(p.relative_to(out) for p in out.rglob(f"*{SUFFIX}"))
+
+
+def compiled_copy(src: Path, cache: Path) -> Path:
+    """A compiled copy of ``src`` (the folder holding ``oaishim``) under ``cache``, built once per content."""
+    folder = cache / fingerprint(src / "oaishim")
+    if (folder / "oaishim").is_dir() and (folder / ".complete").exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
+    try:
+        compile_core(src / "oaishim", work)
+        (work / ".complete").write_text("")
+        work.rename(folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return folder
+
+
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # run as a script, outside a build
+    BuildHookInterface = object  # type: ignore[assignment,misc]
+
+
+class CompiledCore(BuildHookInterface):  # type: ignore[misc,valid-type]
+    """Compile the core into a (non-editable) wheel; fall back to the pure wheel if that fails."""
+
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        if self.target_name != "wheel" or version == "editable" or os.environ.get("OAISHIM_PURE") == "1":
+            return
+        work = Path(tempfile.mkdtemp(prefix="oaishim-mypyc-"))
+        self._work = work
+        try:
+            built = compile_core(Path(self.root) / "src" / "oaishim", work)
+        except (OSError, subprocess.CalledProcessError) as err:
+            tail = getattr(err, "stderr", "") or str(err)
+            print(f"oaishim: the compiled core could not be built; this wheel is pure Python\n{tail[-2000:]}",
+                  file=sys.stderr)  # fmt: skip
+            return
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+        for relative in built:
+            build_data["force_include"][str(work / relative)] = relative.as_posix()
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        work = getattr(self, "_work", None)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Build a compiled copy of src/ and print its folder.")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the folder holding oaishim/")
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "compiled-core", help="the cache folder")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        print(compiled_copy(args.src.resolve(), args.out.resolve()))
+    except subprocess.CalledProcessError as err:
+        sys.stderr.write(f"{err.stdout or ''}{err.stderr or ''}\noaishim: mypyc failed (exit {err.returncode})\n")
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
