@@ -9,6 +9,7 @@ import asyncio
 from oaishim.server import relay
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.upstream import Upstreams
+from oaishim.wire.errors import OpenAIError
 
 HEAD_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 42\r\n\r\n"
 GET_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -48,3 +49,66 @@ async def _exchange() -> tuple[int, bytes, int, bytes]:
 
 def test_an_answer_to_head_ends_with_its_head() -> None:
     assert asyncio.run(_exchange()) == (200, b"", 200, b"{}")
+
+
+def test_a_pooled_connections_late_head_is_504_at_first_byte_and_the_connection_is_not_reused() -> None:
+    """The wait for the head on a kept-alive connection is a timer on the head's future
+    (``Connection.head_within``), not ``asyncio.timeout``: it must fire at first_byte_timeout with
+    its message, and the connection it fired on (whose late answer may still come) is closed, so
+    the next request neither reuses it nor reads that answer as its own."""
+
+    async def scenario() -> tuple[int, list[object], float, int, bytes, int]:
+        connections: list[asyncio.StreamWriter] = []
+        answered = 0
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal answered
+            connections.append(writer)
+            try:
+                while await reader.readline():
+                    while (await reader.readline()) not in (b"\r\n", b""):
+                        pass
+                    answered += 1
+                    if answered == 2:
+                        await asyncio.sleep(1.5)  # the second request's head comes late
+                    writer.write(
+                        b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 3\r\n\r\n"'
+                        + str(answered).encode()
+                        + b'"'
+                    )
+                    await writer.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        route = ModelRoute("m", (f"http://127.0.0.1:{port}",), profile="vllm@0.32")
+        upstreams = Upstreams(Settings(models=(route,), first_byte_timeout=0.3))
+        await upstreams.start()
+        try:
+            first = await upstreams.open(route, "GET", "/v1/models", None, None)
+            await asyncio.wait_for(relay.read_all(first), 5)
+            first.close()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                await upstreams.open(route, "GET", "/v1/models", None, None)
+            except OpenAIError as err:
+                failure: list[object] = [err.status, err.code, err.message]
+            took = loop.time() - started
+            used_by_second = len(connections)
+            third = await upstreams.open(route, "GET", "/v1/models", None, None)
+            body = await asyncio.wait_for(relay.read_all(third), 5)
+            third.close()
+            return used_by_second, failure, took, third.status, body, len(connections)
+        finally:
+            await upstreams.close()
+            server.close()
+
+    used_by_second, failure, took, status, body, connections = asyncio.run(scenario())
+    assert used_by_second == 1  # the second request went out on the first one's connection
+    assert failure[:2] == [504, "upstream_timeout"] and "0.3 s (first_byte_timeout)" in str(failure[2])
+    assert 0.25 < took < 1.0
+    assert (status, body, connections) == (200, b'"3"', 2)  # a new connection, and its own answer

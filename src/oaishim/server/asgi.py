@@ -157,9 +157,18 @@ class Scrubbing:
         kind = message["type"]
         if kind == "http.response.start":
             needles = self._needles
-            headers = [(k, scrub_bytes(bytes(v), needles)) for k, v in message.get("headers", ()) if k != b"set-cookie"]
+            headers: list[tuple[bytes, bytes]] = []
+            length = False
+            for k, v in message.get("headers", ()):
+                if k != b"set-cookie":
+                    headers.append((k, bytes(v)))
+                    length = length or k == b"content-length"
+            # one search per needle over all the values; each value on its own only if one is there
+            values = b"\n".join([v for _, v in headers])
+            if scrub_bytes(values, needles) is not values:
+                headers = [(k, scrub_bytes(v, needles)) for k, v in headers]
             message = {**message, "headers": headers}
-            if any(k == b"content-length" for k, _ in headers):
+            if length:
                 self._held = message
                 return
         elif kind == "http.response.body":

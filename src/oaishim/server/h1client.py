@@ -69,6 +69,7 @@ class Connection(asyncio.Protocol):
         "_buffered",
         "_deadline_timer",
         "_detached",
+        "_head_timer",
         "_headers",
         "_idle_timer",
         "_last",
@@ -120,6 +121,7 @@ class Connection(asyncio.Protocol):
         self.idle: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._head_timer: asyncio.TimerHandle | None = None  # head_within()'s
         self._last = self._waiting_since = 0.0
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
@@ -183,6 +185,9 @@ class Connection(asyncio.Protocol):
                 chunked = b"chunked" in value.lower()
         if not self.head.done():
             self.head.set_result(Head(status, self._headers, _media_type(content_type), length, chunked))
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
             if self.no_body:
                 # httptools cannot be told that a HEAD's answer has no body: it is complete now, and
                 # the connection is not reused (the parser would read the next answer as this body)
@@ -216,6 +221,20 @@ class Connection(asyncio.Protocol):
             self.transport.writelines((head, body))
         else:
             self.transport.write(head)
+
+    def head_within(self, seconds: float) -> asyncio.Future[Head]:
+        """``head``, failed with ``TimeoutError`` if it is not in within ``seconds`` (a timer on the
+        future: cheaper than ``asyncio.timeout``, which cancels and uncancels the waiting task).
+        The opener then calls ``done()``, which closes the connection."""
+        if not self.head.done():
+            self._head_timer = self._loop.call_later(seconds, self._head_late)
+        return self.head
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if not self.head.done():
+            self.head.set_exception(TimeoutError())
+            self.head.exception()  # retrieved: the opener may have stopped waiting
 
     def detach(self) -> None:
         """The sink needs nothing more: the waiting reader's body ends (StopAsyncIteration)."""
@@ -300,10 +319,10 @@ class Connection(asyncio.Protocol):
         """The response is no longer wanted: back to the pool if it was read to its end on a
         connection that stays open, otherwise closed at once (which stops the backend)."""
         self.sink = None
-        for timer in (self._idle_timer, self._deadline_timer):
+        for timer in (self._idle_timer, self._deadline_timer, self._head_timer):
             if timer is not None:
                 timer.cancel()
-        self._idle_timer = self._deadline_timer = None
+        self._idle_timer = self._deadline_timer = self._head_timer = None
         if self.complete and self.keep_alive and self.error is None and not self.lost:
             self._reset()
             self._pool.release(self)

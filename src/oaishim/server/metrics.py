@@ -87,6 +87,25 @@ class _Histogram(Collector):
         yield HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
 
 
+class _Counter(Collector):
+    """A labelled counter kept as a dict of plain numbers (``counts[labels] += 1`` inline, where
+    prometheus_client's child ``inc`` is four Python calls and a lock); exposed as ``<name>_total``."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, doc: str, labels: Sequence[str]) -> None:
+        self.name, self.doc, self.labelnames = name, doc, tuple(labels)
+        self.counts: dict[tuple[str, ...], float] = {}
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+        for values, count in list(self.counts.items()):
+            family.add_metric(list(values), count)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+
+
 class _CaptureDrops(Collector):
     def __init__(self, dropped: object) -> None:
         self._source = dropped  # the capture writer (its ``dropped``), or None without --capture
@@ -137,13 +156,13 @@ class Metrics:
             ("endpoint", "gen_ai_request_model"),
             ADDED_BUCKETS,
         )
-        self.requests = Counter(
-            "oaishim_requests", "Requests answered, by endpoint and status class.", ("endpoint", "status_class"),
-            registry=registry,
-        )  # fmt: skip
-        self.repairs = Counter(
-            "oaishim_repairs", "Requests that needed a repair, by kind.", ("kind",), registry=registry
+        self.requests = _Counter(
+            registry,
+            "oaishim_requests",
+            "Requests answered, by endpoint and status class.",
+            ("endpoint", "status_class"),
         )
+        self.repairs = _Counter(registry, "oaishim_repairs", "Requests that needed a repair, by kind.", ("kind",))
         self.format_violations = Counter(
             "oaishim_response_format_violations",
             "Choices whose final answer broke the response_format asked for (not JSON, not an object, "
@@ -169,7 +188,6 @@ class Metrics:
         open_streams.set_function(lambda: float(streams.n))
         registry.register(_CaptureDrops(capture))
         self._gen_ai: dict[tuple[str, ...], tuple[_Series, ...]] = {}
-        self._plain: dict[tuple[str, str], Counter] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -191,15 +209,14 @@ class Metrics:
     def observe(self, ex: Exchange, ended: float) -> None:
         """One finished request."""
         status = f"{ex.status // 100}xx" if ex.status else "none"
-        plain = self._plain.get((ex.endpoint, status))
-        if plain is None:
-            plain = self._plain[(ex.endpoint, status)] = self.requests.labels(ex.endpoint, status)
-        plain.inc()
+        counts, labels = self.requests.counts, (ex.endpoint, status)
+        counts[labels] = counts.get(labels, 0.0) + 1.0
         if ex.key_label is not None:
             self.key_requests.labels(ex.key_label, status).inc()
         if ex.repairs:
+            repairs = self.repairs.counts
             for kind in ex.repairs:
-                self.repairs.labels(kind).inc()
+                repairs[(kind,)] = repairs.get((kind,), 0.0) + 1.0
         if ex.format_violations:
             self.format_violations.labels(ex.model or "unknown").inc(ex.format_violations)
         if ex.upstream_fault is not None:
@@ -213,12 +230,16 @@ class Metrics:
         children = self._gen_ai.get(key) or self._children(key)
         duration, tokens_in, tokens_out, ttft, tpot, added = children
         elapsed = ended - ex.started
-        duration.observe(elapsed)
-        added.observe(ex.added)
-        if ex.tokens_in is not None:
-            tokens_in.observe(ex.tokens_in)
-        if ex.tokens_out is not None:
-            tokens_out.observe(ex.tokens_out)
+        # _Series.observe inline: four Python calls a request fewer
+        for series, value in (
+            (duration, elapsed),
+            (added, ex.added),
+            (tokens_in, ex.tokens_in),
+            (tokens_out, ex.tokens_out),
+        ):
+            if value is not None:
+                series.counts[bisect_left(series.bounds, value)] += 1
+                series.sum += value
         if ex.stream and ex.status == 200 and ex.first_token is not None and not ex.gone and ex.upstream_fault is None:
             first = ex.first_token - ex.started
             ttft.observe(first)

@@ -148,25 +148,18 @@ class Upstreams:
                     head_wait, which, named = max(left, 0.0), "total_timeout", total
                 conn = pool.take(where.origin)
                 try:
-                    async with asyncio.timeout(head_wait):
-                        if conn is None:
-                            try:
-                                async with asyncio.timeout(settings.connect_timeout):
-                                    conn = await pool.connect(where.origin)
-                            except TimeoutError:
-                                log.warning(
-                                    "replica %s: no connection within %g s; trying the next",
-                                    base,
-                                    settings.connect_timeout,
-                                )
-                                last, connect_timed_out = "ConnectionTimeoutError", True
-                                break
-                            except OSError as exc:
-                                log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
-                                last, connect_timed_out = type(exc).__name__, False
-                                break
+                    if conn is not None:  # a pooled connection: the head's wait is a timer on its future
                         conn.request(head, body, no_body=method == "HEAD")
-                        got = await conn.head
+                        got = await conn.head_within(head_wait)
+                    else:
+                        async with asyncio.timeout(head_wait):
+                            conn, failed = await self._connect(pool, where.origin, base)
+                            if conn is not None:
+                                conn.request(head, body, no_body=method == "HEAD")
+                                got = await conn.head
+                        if conn is None:  # this replica is out: the next one
+                            last, connect_timed_out = failed
+                            break
                 except Broken as exc:
                     assert conn is not None
                     conn.done()
@@ -181,7 +174,7 @@ class Upstreams:
                         f"The upstream answered with no valid HTTP response ({exc.fault}).",
                         "server_error",
                     ) from None
-                except TimeoutError as exc:
+                except TimeoutError as late:  # (not ``exc``: compiled, one name has one type in a function)
                     if conn is not None:
                         conn.done()
                     raise OpenAIError(
@@ -189,7 +182,7 @@ class Upstreams:
                         f"The upstream did not answer within {named:g} s ({which}).",
                         "server_error",
                         code="upstream_timeout",
-                    ) from exc
+                    ) from late
                 except BaseException:
                     if conn is not None:
                         conn.done()  # cancelled (the client left): the backend stops now
@@ -208,6 +201,18 @@ class Upstreams:
             "server_error",
             code="upstream_unreachable",
         )
+
+    async def _connect(self, pool: Pool, origin: Origin, base: str) -> tuple[Connection | None, tuple[str, bool]]:
+        """A new connection to ``origin``, or None with (why, whether it was the connect timeout)."""
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout):
+                return await pool.connect(origin), ("", False)
+        except TimeoutError:
+            log.warning("replica %s: no connection within %g s; trying the next", base, self.settings.connect_timeout)
+            return None, ("ConnectionTimeoutError", True)
+        except OSError as exc:
+            log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
+            return None, (type(exc).__name__, False)
 
 
 def _request_head(method: str, where: Target, headers: list[tuple[str, str]], body: bytes | None) -> bytes:
