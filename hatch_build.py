@@ -1,8 +1,10 @@
-"""The compiled core: ``wire/`` and ``transform/`` built with mypyc into the wheel, and a pure fallback.
+"""The compiled core: ``wire/``, ``transform/`` and the server's hot modules built with mypyc into
+the wheel, and a pure fallback.
 
 The gateway spends about a third of a plain request and most of a streamed chunk in the pure core
-(bytes to events, the rewrites), which is mypy-strict already; mypyc turns those modules into C
-extensions that run the same code with the type checks it implies (bench/README.md has the counts).
+(bytes to events, the rewrites), and much of the rest in a few server modules (the upstream client,
+the exchange's records); all are mypy-strict already. mypyc turns them into C extensions that run
+the same code with the type checks it implies (bench/README.md has the counts).
 This file is three things:
 
 * hatchling's build hook (``[tool.hatch.build.targets.wheel.hooks.custom]`` in pyproject.toml): a
@@ -38,9 +40,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
-PACKAGES = ("wire", "transform")  # under src/oaishim: the pure core
+PACKAGES = ("wire", "transform")  # under src/oaishim: the pure core, whole
 # Left as Python: an exception that is a frozen dataclass (mypyc cannot make it a native class).
 LEFT_OUT = ("wire/errors.py",)
+# And the modules outside it that every request runs through and that no Python class inherits
+# from: the upstream client and its pool, the exchange's records, the ASGI helpers, the write
+# joiner, metrics, the access log, the key check and the masking of secrets (-90k instructions a
+# plain request, on top of the core's -130k). The request's coroutines (app, dispatch, relay,
+# direct) stay Python: compiled with them, the gateway crashed at start-up (a segfault, mypyc 2.4),
+# and seam's wrappers are subclassed by Python classes, which compiled classes do not allow.
+HOT = (
+    "capture/redact.py",
+    *(
+        f"server/{name}.py"
+        for name in ("access", "asgi", "auth", "exchange", "h1client", "metrics", "upstream", "writes")
+    ),
+)
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
@@ -52,7 +67,7 @@ def core_modules(package: Path) -> list[str]:
             relative = path.relative_to(package).as_posix()
             if relative not in LEFT_OUT:
                 out.append(f"oaishim/{relative}")
-    return out
+    return out + [f"oaishim/{relative}" for relative in HOT]
 
 
 def fingerprint(package: Path) -> str:
@@ -86,19 +101,39 @@ def compile_core(package: Path, out: Path, *, quiet: bool = True) -> list[Path]:
 
 
 def compiled_copy(src: Path, cache: Path) -> Path:
-    """A compiled copy of ``src`` (the folder holding ``oaishim``) under ``cache``, built once per content."""
+    """A copy of ``src`` (the folder holding ``oaishim``) under ``cache`` with the core compiled:
+    compiled once per content of the core; the rest of the package is brought up to date each time."""
     folder = cache / fingerprint(src / "oaishim")
-    if (folder / "oaishim").is_dir() and (folder / ".complete").exists():
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    work = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
-    try:
-        compile_core(src / "oaishim", work)
-        (work / ".complete").write_text("")
-        work.rename(folder)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    if not ((folder / "oaishim").is_dir() and (folder / ".complete").exists()):
+        shutil.rmtree(folder, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
+        try:
+            compile_core(src / "oaishim", work)
+            (work / ".complete").write_text("")
+            work.rename(folder)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _sync(src / "oaishim", folder / "oaishim")
     return folder
+
+
+def _sync(package: Path, copy: Path) -> None:
+    """Make ``copy`` hold ``package``'s files (the extensions aside): changed ones copied, gone ones removed."""
+    wanted = {p.relative_to(package) for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    for path in list(copy.rglob("*")):
+        relative = path.relative_to(copy)
+        if (
+            path.is_file()
+            and not path.name.endswith(SUFFIX)
+            and "__pycache__" not in path.parts
+            and relative not in wanted
+        ):
+            path.unlink()
+    for relative in wanted:
+        source, target = package / relative, copy / relative
+        if not target.exists() or source.read_bytes() != target.read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
 
 
 try:

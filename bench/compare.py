@@ -336,6 +336,7 @@ class Bench:
             "versions": _versions(),
             "skipped": skipped,
             "oaishim_src": {n: str(self.sources.get(n, ROOT / "src")) for n in names if n.startswith("oaishim")},
+            "oaishim_build": self.args.build,  # compiled: the core built with mypyc, as a wheel installs it
             "params": {
                 "duration_s": self.args.duration,
                 "plain_tokens": PLAIN_TOKENS,
@@ -358,6 +359,8 @@ class Bench:
         if self.args.callgrind:
             print("callgrind: instruction counts (a few minutes)", file=sys.stderr, flush=True)
             result["callgrind"] = self.callgrind(self.sources.get("oaishim"))
+            if self.args.build == "compiled":  # the same counts for the source run as Python, for the record
+                result["callgrind_pure"] = self.callgrind(ROOT / "src")
             baseline = BENCH / "results" / "callgrind-baseline.json"
             result["callgrind_baseline"] = json.loads(baseline.read_text()) if baseline.exists() else None
         return result
@@ -407,6 +410,20 @@ def _versions() -> dict[str, str]:
     }
 
 
+def compiled_source() -> Path | None:
+    """This checkout's ``src`` with its core compiled (hatch_build.py: what a wheel installs), or
+    None (measured as Python then) when mypyc or the compiler fails."""
+    sys.path.insert(0, str(ROOT))
+    import hatch_build
+
+    print("bench: compiling the core (mypyc, cached under build/compiled-core/)", file=sys.stderr, flush=True)
+    try:
+        return hatch_build.compiled_copy(ROOT / "src", ROOT / "build" / "compiled-core")
+    except (OSError, subprocess.CalledProcessError) as err:
+        print(f"bench: the core could not be compiled; measuring it as Python ({err})", file=sys.stderr)
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -423,6 +440,11 @@ def main() -> None:
         type=Path,
         help="also measure oaishim from this src folder, as oaishim_before, in the same rounds",
     )
+    parser.add_argument(
+        "--pure",
+        action="store_true",
+        help="run this checkout's oaishim as Python (default: its core compiled, as a wheel)",
+    )
     parser.add_argument("--label", default="", help="a name for the dated copy (before, after, …)")
     parser.add_argument("--no-saturation", dest="saturation", action="store_false", help="skip the saturation steps")
     parser.add_argument("--no-responses", dest="responses", action="store_false", help="skip /v1/responses")
@@ -431,8 +453,13 @@ def main() -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="time each phase")
     parser.add_argument("--no-readme", action="store_true", help="leave the table in bench/README.md alone")
     args = parser.parse_args()
+    args.build = "given" if args.oaishim_src is not None else "pure" if args.pure else "compiled"
     if args.oaishim_src is not None:
         args.oaishim_src = paths.source_folder(args.oaishim_src)
+    elif not args.pure:
+        args.oaishim_src = compiled_source()
+        if args.oaishim_src is None:
+            args.build = "pure"
     if args.before_src is not None:
         args.before_src = paths.source_folder(args.before_src)
     if not shutil.which("wrk"):

@@ -233,7 +233,7 @@ def markdown(result: dict[str, Any]) -> str:
             )
     for name, why in meta["skipped"].items():
         lines.append(f"{name}: {why}")
-    lines += callgrind_lines(result.get("callgrind"), result.get("callgrind_baseline"))
+    lines += callgrind_lines(result.get("callgrind"), result.get("callgrind_baseline"), result.get("callgrind_pure"))
     lines += ["", "Spread (min – max over rounds):", ""]
     lines += ["| figure | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
     for label, keys, _ in ROWS:
@@ -248,11 +248,14 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"{meta['date']}{' (' + meta['label'] + ')' if meta['label'] else ''}: {meta['rounds']} rounds in "
         f"{meta['wall_s']:.0f} s on {meta['cpus']} × {meta['cpu_model']}; 1-min load average before and after "
-        f"each round: {load}. oaishim {v['oaishim']}, {v['nginx']}, LiteLLM {v['litellm']}, {v['wrk']}, "
+        f"each round: {load}. oaishim {v['oaishim']}{BUILDS.get(meta.get('oaishim_build', ''), '')}, {v['nginx']}, "
+        f"LiteLLM {v['litellm']}, {v['wrk']}, "
         f"Python {v['python']}.",
     ]
     return "\n".join(lines) + "\n"
 
+
+BUILDS = {"compiled": " (core compiled with mypyc, as a wheel installs it)", "pure": " (run as Python)"}
 
 CALLGRIND_ROWS = [
     ("instructions per plain request (chat)", "plain_request"),
@@ -263,19 +266,29 @@ CALLGRIND_ROWS = [
 ]
 
 
-def callgrind_lines(now: dict[str, Any] | None, baseline: dict[str, Any] | None) -> list[str]:
-    """The instruction counts (bench/callgrind.py: oaishim under valgrind, N vs 2N), beside the baseline's."""
+def callgrind_lines(
+    now: dict[str, Any] | None, baseline: dict[str, Any] | None, pure: dict[str, Any] | None = None
+) -> list[str]:
+    """The instruction counts (bench/callgrind.py: oaishim under valgrind, N vs 2N), beside the
+    baseline's; with ``pure``, the same source run as Python too (``now`` is then the compiled build)."""
     if not now:
         return []
     label = baseline.get("label", "baseline") if baseline else "baseline"
     lines = ["", f"Instruction counts (callgrind; stable to ~1 % across runs; baseline: {label}):", ""]
-    lines += ["| figure | baseline | now | now ÷ baseline |", "|---|---|---|---|"]
+    if pure:
+        lines += [
+            "| figure | baseline | now, as Python | now, compiled core | compiled ÷ baseline |",
+            "|---|---|---|---|---|",
+        ]
+    else:
+        lines += ["| figure | baseline | now | now ÷ baseline |", "|---|---|---|---|"]
     for text, key in CALLGRIND_ROWS:
         a, b = (baseline or {}).get(key), now.get(key)
         if b is None:
             continue
         ratio = f"{b / a:.2f}×" if a else "—"
-        lines.append(f"| {text} | {f'{a:,}' if a else '—'} | {b:,} | {ratio} |")
+        middle = [f"{pure[key]:,}" if pure.get(key) else "—"] if pure else []
+        lines.append("| " + " | ".join([text, f"{a:,}" if a else "—", *middle, f"{b:,}", ratio]) + " |")
     return lines
 
 
