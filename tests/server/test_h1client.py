@@ -5,12 +5,16 @@ read as its body."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from oaishim.server import relay
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.upstream import Upstreams
 from oaishim.wire.errors import OpenAIError
 
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HEAD_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 42\r\n\r\n"
 GET_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
@@ -27,13 +31,23 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def _exchange() -> tuple[int, bytes, int, bytes]:
-    server = await asyncio.start_server(_serve, "127.0.0.1", 0)
+@contextlib.asynccontextmanager
+async def _upstreams(serve: Serve, **settings: Any) -> AsyncIterator[tuple[Upstreams, ModelRoute]]:
+    """The gateway's upstream client in front of ``serve`` (a raw socket server on a free port)."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     route = ModelRoute("m", (f"http://127.0.0.1:{port}",), profile="vllm@0.32")
-    upstreams = Upstreams(Settings(models=(route,), idle_timeout=1.0))
+    upstreams = Upstreams(Settings(models=(route,), **settings))
     await upstreams.start()
     try:
+        yield upstreams, route
+    finally:
+        await upstreams.close()
+        server.close()
+
+
+async def _exchange() -> tuple[int, bytes, int, bytes]:
+    async with _upstreams(_serve, idle_timeout=1.0) as (upstreams, route):
         head = await upstreams.open(route, "HEAD", "/version", None, None)
         head_body = await asyncio.wait_for(relay.read_all(head), 5)
         head.close()
@@ -41,10 +55,6 @@ async def _exchange() -> tuple[int, bytes, int, bytes]:
         body = await asyncio.wait_for(relay.read_all(got), 5)
         got.close()
         return head.status, head_body, got.status, body
-    finally:
-        await upstreams.close()
-        server.close()
-        await server.wait_closed()
 
 
 def test_an_answer_to_head_ends_with_its_head() -> None:
@@ -82,12 +92,7 @@ def test_a_pooled_connections_late_head_is_504_at_first_byte_and_the_connection_
             finally:
                 writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        route = ModelRoute("m", (f"http://127.0.0.1:{port}",), profile="vllm@0.32")
-        upstreams = Upstreams(Settings(models=(route,), first_byte_timeout=0.3))
-        await upstreams.start()
-        try:
+        async with _upstreams(serve, first_byte_timeout=0.3) as (upstreams, route):
             first = await upstreams.open(route, "GET", "/v1/models", None, None)
             await asyncio.wait_for(relay.read_all(first), 5)
             first.close()
@@ -103,9 +108,6 @@ def test_a_pooled_connections_late_head_is_504_at_first_byte_and_the_connection_
             body = await asyncio.wait_for(relay.read_all(third), 5)
             third.close()
             return used_by_second, failure, took, third.status, body, len(connections)
-        finally:
-            await upstreams.close()
-            server.close()
 
     used_by_second, failure, took, status, body, connections = asyncio.run(scenario())
     assert used_by_second == 1  # the second request went out on the first one's connection
