@@ -96,7 +96,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, pool: Pool, origin: Origin) -> None:
         self._pool, self.origin = pool, origin
-        self._loop = asyncio.get_running_loop()
+        self._loop = pool.loop
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.reused = False
@@ -357,6 +357,8 @@ class Pool:
 
     def __init__(self, keepalive: float) -> None:
         self.keepalive = keepalive
+        # The loop, looked up once: asyncio's lookup calls getpid() (a system call) each time.
+        self.loop = asyncio.get_running_loop()
         self._idle: dict[Origin, list[Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -366,7 +368,7 @@ class Pool:
         idle = self._idle.get(origin)
         if not idle:
             return None
-        now = asyncio.get_running_loop().time()
+        now = self.loop.time()
         while idle:
             conn = idle.pop()
             if not conn.lost and now - conn.idle_since < self.keepalive:
@@ -377,7 +379,7 @@ class Pool:
 
     async def connect(self, origin: Origin) -> Connection:
         scheme, host, port = origin
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         context = None
         if scheme == "https":
             if self._ssl is None:
@@ -392,7 +394,7 @@ class Pool:
         if self._closed:
             conn.done()
             return
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         conn.idle_since = loop.time()
         self._idle.setdefault(conn.origin, []).append(conn)
         if self._sweeper is None:
@@ -406,7 +408,7 @@ class Pool:
     def _sweep(self) -> None:
         """Close connections idle for ``keepalive`` seconds (before the backend closes them under a request)."""
         self._sweeper = None
-        now = asyncio.get_running_loop().time()
+        now = self.loop.time()
         left = False
         for idle in self._idle.values():
             for conn in [c for c in idle if now - c.idle_since >= self.keepalive]:
@@ -416,7 +418,7 @@ class Pool:
                     conn.transport.close()
             left = left or bool(idle)
         if left:
-            self._sweeper = asyncio.get_running_loop().call_later(self.keepalive / 4, self._sweep)
+            self._sweeper = self.loop.call_later(self.keepalive / 4, self._sweep)
 
     def close(self) -> None:
         self._closed = True

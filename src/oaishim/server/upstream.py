@@ -131,7 +131,7 @@ class Upstreams:
         pool = self.pool
         assert pool is not None, "Upstreams.start() was not awaited"
         settings = self.settings
-        loop = asyncio.get_running_loop()
+        loop = pool.loop
         total = settings.total_timeout
         deadline = None if total is None else loop.time() + total
         sent_headers = list(request_headers(route, content_type).items()) if headers is None else headers
