@@ -52,16 +52,24 @@ def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(
     env.pop("OPENAI_API_KEY", None)
     argv = [str(openclaw), "agent", "exec", "--config", str(path), "--model", "local/tiny", "--json", "Say hello."]
     try:
+        # stdin closed: a command the agent's exec tool runs reads EOF, never the test runner's stdin
         done = subprocess.run(
-            argv, check=False, capture_output=True, text=True, timeout=CALL_LIMIT_S, env=env, cwd=workspace
-        )
-    except subprocess.TimeoutExpired:
-        result = {"ok": False, "detail": f"no answer within {CALL_LIMIT_S} s"}
+            argv, check=False, capture_output=True, text=True, timeout=CALL_LIMIT_S, env=env, cwd=workspace,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as late:
+        # what OpenClaw had written when it was stopped: where a turn that hangs after its answer stood
+        said = "".join(_text(part)[-1500:] for part in (late.stdout, late.stderr))
+        result = {"ok": False, "detail": f"no answer within {CALL_LIMIT_S} s; OpenClaw's output so far:\n{said}"}
     else:
         result = judge(done)
     version = json.loads((openclaw.parent.parent / "openclaw" / "package.json").read_text())["version"]
     record(CLIENT, "embedded", {"openclaw": version, "node": node_version()}, {"turn": result}, EMBEDDED_SHAPE)
     assert result["ok"], result["detail"] + "\nthe gateway's log:\n" + log_path.read_text()[-3000:]
+
+
+def _text(part: str | bytes | None) -> str:
+    return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
 
 
 def judge(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
