@@ -34,7 +34,10 @@ def is_stream(response: Mapping[str, Any] | None) -> bool:
 
 
 def iter_timed_events(response: Mapping[str, Any] | None) -> Iterator[TimedEvent]:
-    """Decode a stored stream read by read, so each event gets the time its last byte arrived."""
+    """Decode a stored stream read by read, so each event gets the time its last byte arrived.
+
+    A read is fed to the decoder an event at a time (cut after each blank line), so a reader that
+    stops early (the first token's time) decodes only what it reads."""
     if not is_stream(response):
         return
     assert response is not None
@@ -44,9 +47,13 @@ def iter_timed_events(response: Mapping[str, Any] | None) -> Iterator[TimedEvent
     last = float(response.get("t") or 0.0)
     for read in response.get("reads") or []:
         last, size = float(read[0]), int(read[1])
-        for event in decoder.feed(data[position : position + size]):
-            yield TimedEvent(last, event)
-        position += size
+        end = position + size
+        while position < end:
+            cut = data.find(b"\n\n", position, end)
+            cut = end if cut < 0 else cut + 2
+            for event in decoder.feed(data[position:cut]):
+                yield TimedEvent(last, event)
+            position = cut
     if position < len(data):  # reads missing or short (a redacted stream): the rest at the last time
         for event in decoder.feed(data[position:]):
             yield TimedEvent(last, event)
