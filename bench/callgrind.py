@@ -15,7 +15,11 @@ and one of 2N leaves the fixed costs (timers, the first request's lazy work) out
   the chunk difference leaves the per-request cost out;
 * the same two for ``/v1/responses`` (plain and streamed), where the gateway supports it.
 
-    python bench/callgrind.py [--src DIR] [--label NAME] [--out FILE] [--requests N] [--streams S]
+With ``--capture``, the gateway records every exchange (``serve --capture``): the counts are those
+of the serving process, and the capture process's own are given beside (``writer_*``; the checker
+there runs within a share of wall time, so those vary with how slow valgrind makes it).
+
+    python bench/callgrind.py [--src DIR] [--label NAME] [--out FILE] [--requests N] [--streams S] [--capture]
 
 Prints and (with ``--out``) writes one JSON object: instructions per request / per chunk for each
 path. ``--src`` measures another copy of the source (a folder holding ``oaishim``, or its parent).
@@ -43,6 +47,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen
+import procstat
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = loadgen.KEY
@@ -77,25 +82,35 @@ async def batch(url: str, raw: bytes, count: int) -> None:
 
 
 class Gauge:
-    """The gateway under callgrind, and the counters it can be asked for."""
+    """The gateway under callgrind, and the counters it can be asked for: those of its serving
+    process, and (``writer``) of its capture process, when it has one."""
 
-    def __init__(self, pid: int, folder: Path) -> None:
-        self.pid, self.folder, self.dumps = pid, folder, 0
+    def __init__(self, pid: int, folder: Path, writer: int | None = None) -> None:
+        self.pid, self.folder, self.dumps, self.writer = pid, folder, 0, writer
+        self.writer_counts: list[int] = []
 
-    def control(self, *args: str) -> None:
-        subprocess.run(["callgrind_control", *args, str(self.pid)], check=True, capture_output=True, timeout=120)
+    def control(self, *args: str, pid: int | None = None) -> None:
+        argv = ["callgrind_control", *args, str(pid or self.pid)]
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
 
     def measure(self, url: str, raw: bytes, count: int) -> int:
         """Instructions spent on ``count`` requests (sequential, one connection)."""
-        self.control("--zero")
+        pids = [self.pid] if self.writer is None else [self.pid, self.writer]
+        for pid in pids:
+            self.control("--zero", pid=pid)
         asyncio.run(batch(url, raw, count))
-        time.sleep(0.3)  # the last response's tail (access log, metrics) runs after the client has it
-        before = set(glob.glob(str(self.folder / "cg.out*")))
-        self.control("--dump")
+        time.sleep(0.3 if self.writer is None else 3.0)  # the tail (access log, metrics; the capture writer)
+        if self.writer is not None:
+            self.writer_counts.append(self._dump(self.writer))
+        return self._dump(self.pid)
+
+    def _dump(self, pid: int) -> int:
+        before = set(glob.glob(str(self.folder / f"cg.out.{pid}*")))
+        self.control("--dump", pid=pid)
         self.dumps += 1
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            new = set(glob.glob(str(self.folder / "cg.out*"))) - before
+            new = set(glob.glob(str(self.folder / f"cg.out.{pid}*"))) - before
             if new:
                 total = sum(_total(Path(p)) for p in new)
                 if total:
@@ -132,7 +147,7 @@ def post_mode(url: str, gap_ms: float) -> None:
     asyncio.run(go())
 
 
-def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float) -> dict[str, Any]:
+def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float, capture: bool) -> dict[str, Any]:
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="oaishim-cg-") as tmp:
         folder = Path(tmp)
@@ -144,39 +159,54 @@ def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float) 
             python, "-m", "oaishim", "serve", "--upstream", f"http://127.0.0.1:{up_port}", "--profile", "vllm",
             "--served-model-name", "bench", "--api-key", KEY, "--port", str(gw_port), "--log-level", "warning",
         ]  # fmt: skip
+        if capture:
+            argv += ["--capture", f"{tmp}/capture"]
+            env["XDG_STATE_HOME"] = tmp
         gateway = subprocess.Popen(argv, env=env, cwd=tmp, stderr=subprocess.DEVNULL)
         try:
             wait_port(up_port, upstream, 30)
             wait_port(gw_port, gateway, 300)
             url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-            gauge = Gauge(gateway.pid, folder)
+            if capture:  # forked in this order: the supervisor, the capture process, the serving one
+                _, writer, serving = sorted(procstat.tree(gateway.pid))
+                gauge = Gauge(serving, folder, writer)
+            else:
+                gauge = Gauge(gateway.pid, folder)
             up = f"http://127.0.0.1:{up_port}"
 
-            def per_request(target: str, warm: int) -> float:
+            out: dict[str, Any] = {}
+
+            def per_request(target: str, warm: int, name: str) -> float:
                 """Instructions per plain request to ``target`` (N vs 2N), after ``warm`` untimed ones."""
                 post_mode(up, 0.0)
                 raw = loadgen.request_bytes(target, 16, False)
                 asyncio.run(batch(target, raw, warm))  # warm: profile cached, code paths taken once
                 one, two = gauge.measure(target, raw, requests), gauge.measure(target, raw, 2 * requests)
+                if gauge.writer is not None:
+                    w1, w2 = gauge.writer_counts[-2:]
+                    out[f"writer_{name}"] = (w2 - w1) / requests
                 return (two - one) / requests
 
-            def per_chunk(target: str) -> tuple[float, int, bytes]:
+            def per_chunk(target: str, name: str) -> tuple[float, int, bytes]:
                 """Instructions per streamed chunk (SHORT vs LONG chunks a stream), with the count of
                 the SHORT batch and its request, for the per-stream figure."""
                 post_mode(up, gap_ms)
                 short, long = loadgen.request_bytes(target, SHORT, True), loadgen.request_bytes(target, LONG, True)
                 asyncio.run(batch(target, long, 2))
                 a, b = gauge.measure(target, short, streams), gauge.measure(target, long, streams)
+                if gauge.writer is not None:
+                    w1, w2 = gauge.writer_counts[-2:]
+                    out[f"writer_{name}"] = (w2 - w1) / ((LONG - SHORT) * streams)
                 return (b - a) / ((LONG - SHORT) * streams), a, short
 
-            out: dict[str, Any] = {"plain_request": per_request(url, 20)}
-            out["stream_chunk"], a, short = per_chunk(url)
+            out["plain_request"] = per_request(url, 20, "plain_request")
+            out["stream_chunk"], a, short = per_chunk(url, "stream_chunk")
             one2 = gauge.measure(url, short, 2 * streams)
             out["stream_request"] = (one2 - a) / streams - SHORT * out["stream_chunk"]
             if responses:
                 rurl = f"http://127.0.0.1:{gw_port}/v1/responses"
-                out["responses_plain_request"] = per_request(rurl, 10)
-                out["responses_stream_chunk"] = per_chunk(rurl)[0]
+                out["responses_plain_request"] = per_request(rurl, 10, "responses_plain_request")
+                out["responses_stream_chunk"] = per_chunk(rurl, "responses_stream_chunk")[0]
             return {k: round(v) for k, v in out.items()}
         finally:
             gateway.terminate()
@@ -204,6 +234,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--gap-ms", type=float, default=8.0)
     parser.add_argument("--no-responses", action="store_true")
+    parser.add_argument("--capture", action="store_true", help="serve --capture: the serving process counted")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -211,7 +242,8 @@ def main() -> None:
     result: dict[str, Any] = {"label": args.label, "requests": args.requests, "streams": args.streams}
     result |= {
         "gap_ms": args.gap_ms,
-        **run(source(args.src), args.requests, args.streams, not args.no_responses, args.gap_ms),
+        "capture": args.capture,
+        **run(source(args.src), args.requests, args.streams, not args.no_responses, args.gap_ms, args.capture),
     }
     result["seconds"] = round(time.monotonic() - began)
     text = json.dumps(result, indent=1)

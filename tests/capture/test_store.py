@@ -4,8 +4,10 @@ record format's versions and migrations, and reading back a folder or a single f
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +208,57 @@ def test_the_checker_budget_refills_at_its_share_of_wall_time() -> None:
     assert budget.allow()
     now[0] = 100.0  # a long idle spell refills only up to the burst
     assert budget.allow() and budget.tokens == pytest.approx(0.05)
+
+
+def test_the_checker_budget_follows_the_idle_cores() -> None:
+    """A busy machine (no idle core) stops the checker; idle cores give back the share, never more."""
+    from oaishim.server.recording import CheckBudget
+
+    now, idle = [0.0], [0.0]
+    readings: list[float | None] = []
+
+    def cores() -> float | None:
+        readings.append(idle[0])
+        return idle[0]
+
+    budget = CheckBudget(share=0.2, burst=0.01, clock=lambda: now[0], idle=cores, window=0.5)
+    budget.spend(0.02)  # overdrawn by one check
+    now[0] = 1.0
+    assert not budget.allow() and budget.rate == 0.0  # the cores were busy: nothing accrues
+    now[0] = 100.0
+    assert not budget.allow()
+    idle[0] = 0.2  # a fifth of a core idle from now on
+    now[0] = 100.05
+    assert not budget.allow() and len(readings) == 2  # within the window: not read again
+    now[0] = 100.6
+    assert budget.allow() and budget.rate == pytest.approx(0.1)  # half the idle: 0.055 s back
+    budget.spend(0.05)
+    now[0] = 100.8
+    assert not budget.allow()  # 0.02 s back of 0.04
+    idle[0] = 1.5  # plenty idle: the share, not more
+    now[0] = 101.2
+    assert budget.allow() and budget.rate == pytest.approx(0.2)
+    cores_gone: list[float | None] = [None]  # /proc/stat unreadable: the share alone
+    budget.idle = lambda: cores_gone[0]
+    budget.rate = 0.0
+    now[0] = 102.0
+    assert budget.allow() and budget.rate == pytest.approx(0.2)
+
+
+def test_idle_cores_are_read_from_proc_stat(tmp_path: Path) -> None:
+    from oaishim.server.knobs import IdleCores
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    cores = IdleCores(str(stat))
+    stat.write_text("cpu  200 0 200 1500 100 0 0 0 0 0\ncpu0 1 2 3 4\n")  # 1,000 ticks: 800 idle
+    assert cores() == pytest.approx(0.8 * (os.cpu_count() or 1))
+    assert cores() is None  # no tick since: nothing to say
+    assert IdleCores(str(tmp_path / "absent"))() is None
+    real = IdleCores()
+    time.sleep(0.05)
+    found = real()
+    assert found is None or 0.0 <= found <= (os.cpu_count() or 1)
 
 
 def test_records_over_the_checker_budget_are_checked_when_shown(tmp_path: Path) -> None:

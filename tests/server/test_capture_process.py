@@ -1,12 +1,15 @@
 """The serving side of the capture process (``server.capture_process.RemoteWriter``): what it sends
-over a real Unix socket, and that an exchange it cannot hand over is counted and logged, never
-lost silently. The whole path, workers and capture process, is in ``test_workers``."""
+over a real Unix socket, from an event loop as the gateway runs it (frames held until the timer,
+a kernel buffer that takes part of a write), and that an exchange it cannot hand over is counted
+and logged, never lost silently. The whole path, workers and capture process, is in ``test_workers``."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import pickle
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -18,10 +21,11 @@ from oaishim.server.exchange import StreamCount
 from oaishim.server.metrics import Metrics
 
 
-def exchange(i: int) -> RawExchange:
+def exchange(i: int, size: int = 0) -> RawExchange:
     raw = RawExchange(i, 1.5, "gateway")
     raw.client_request = RawRequest(i + 1, "POST", "/v1/chat/completions", [(b"host", b"x")], [b'{"a":', b"1}"])
-    raw.client_response = RawResponse(i + 2, 200, [(b"content-type", b"text/event-stream")], [(i + 3, b"data: x\n\n")])
+    piece = b"data: " + bytes([65 + i % 26]) * size + b"x\n\n"
+    raw.client_response = RawResponse(i + 2, 200, [(b"content-type", b"text/event-stream")], [(i + 3, piece)])
     raw.client_response.complete = True
     raw.end_ns = i + 4
     return raw
@@ -47,12 +51,20 @@ def read_frames(conn: socket.socket, want: int) -> list[tuple[int, RawExchange |
     return got
 
 
-def test_exchanges_cross_whole_and_in_order(tmp_path: Path, sink: socket.socket) -> None:
-    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005).start()
+def test_exchanges_cross_whole_and_in_order_once_the_timer_fires(tmp_path: Path, sink: socket.socket) -> None:
+    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.01).start()
     conn, _ = sink.accept()
     sent = [exchange(i) for i in range(5)]
-    for raw in sent:
-        assert writer.submit(raw)
+
+    async def serve() -> tuple[int, int]:
+        for raw in sent:
+            assert writer.submit(raw)
+        before = writer.sent, writer.held  # in the loop: framed, not sent (one send per interval)
+        await asyncio.sleep(0.1)
+        return before
+
+    assert asyncio.run(serve()) == (0, 5)
+    assert (writer.sent, writer.held) == (5, 0)
     got = read_frames(conn, 5)
     writer.close()
     assert [e for _, e in got] == sent
@@ -67,13 +79,20 @@ def test_the_tuple_form_keeps_every_field() -> None:
     assert from_tuple(pickle.loads(pickle.dumps(to_tuple(raw)))) == raw
 
 
-def test_a_full_queue_drops_counts_and_logs(
+def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
     tmp_path: Path, sink: socket.socket, caplog: pytest.LogCaptureFixture
 ) -> None:
-    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=2)  # not started: nothing drains it
+    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=2, interval=0.05).start()
+    conn, _ = sink.accept()
     metrics = Metrics(StreamCount(), writer)
+
+    async def serve() -> list[bool]:
+        results = [writer.submit(exchange(i)) for i in range(5)]  # all before the first send
+        await asyncio.sleep(0.2)
+        return results
+
     with caplog.at_level(logging.WARNING, "oaishim.capture"):
-        results = [writer.submit(exchange(i)) for i in range(5)]
+        results = asyncio.run(serve())
     assert results == [True, True, False, False, False]
     assert writer.dropped == 3
     assert b"oaishim_capture_dropped_total 3.0" in metrics.render()
@@ -81,19 +100,51 @@ def test_a_full_queue_drops_counts_and_logs(
         "capture queue full: 1 exchange(s) dropped so far",
         "capture queue full: 2 exchange(s) dropped so far",
     ]  # 1, 2, 4, …: not one line per request
-
-
-def test_drops_reach_the_capture_process_even_with_nothing_else_to_send(tmp_path: Path, sink: socket.socket) -> None:
-    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=1, interval=0.005)
-    writer.queue.extend([exchange(0)])  # full before the thread starts
-    writer.submit(exchange(1))
-    writer.start()
-    conn, _ = sink.accept()
-    got = read_frames(conn, 1)
-    if got[-1][0] != 1:  # the drop count may come in the frame after the first
-        got += read_frames(conn, 1)
+    got = read_frames(conn, 3)  # the two exchanges (framed before the drops), then the count alone
     writer.close()
-    assert got[-1][0] == 1
+    assert [e for _, e in got] == [exchange(0), exchange(1), None]
+    assert [dropped for dropped, _ in got] == [0, 0, 3]
+
+
+def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path, sink: socket.socket) -> None:
+    """The capture process behind: the socket takes part of a frame; the rest waits in the worker and
+    goes out on later ticks, in order, while the event loop is never blocked."""
+    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005).start()
+    conn, _ = sink.accept()
+    sent = [exchange(i, 200_000) for i in range(40)]  # 8 MB: many times a Unix socket's buffer
+    got: list[tuple[int, RawExchange | None]] = []
+    reader = threading.Thread(target=lambda: got.extend(read_frames(conn, len(sent))))
+
+    async def serve() -> int:
+        for raw in sent:
+            assert writer.submit(raw)
+        await asyncio.sleep(0.05)  # several ticks with nobody reading: the socket's buffer is full
+        waiting = writer.held
+        reader.start()
+        deadline = time.monotonic() + 10
+        while writer.held and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return waiting
+
+    waiting = asyncio.run(serve())
+    reader.join(10)
+    writer.close()
+    assert 0 < waiting < len(sent)  # part went out at once, the rest waited for the reader
+    assert (writer.sent, writer.dropped) == (len(sent), 0)
+    assert [e for _, e in got] == sent
+
+
+def test_close_sends_what_is_still_held(tmp_path: Path, sink: socket.socket) -> None:
+    writer = RemoteWriter(tmp_path / "capture.sock", interval=60).start()
+    conn, _ = sink.accept()
+
+    async def serve() -> None:
+        for i in range(3):
+            writer.submit(exchange(i))
+        writer.close()  # at shutdown, long before the timer
+
+    asyncio.run(serve())
+    assert [e for _, e in read_frames(conn, 3)] == [exchange(i) for i in range(3)]
 
 
 def test_a_capture_process_gone_counts_what_it_did_not_get(
@@ -106,7 +157,7 @@ def test_a_capture_process_gone_counts_what_it_did_not_get(
     (tmp_path / "capture.sock").unlink()
     with caplog.at_level(logging.WARNING, "oaishim.capture"):
         deadline = time.monotonic() + 5
-        while writer.dropped == 0:  # the first write after the close may still be accepted by the kernel
+        while writer.dropped == 0:  # outside a loop each submit sends; the first may still be accepted
             writer.submit(exchange(0))
             time.sleep(0.02)
             assert time.monotonic() < deadline

@@ -7,7 +7,8 @@ relay's sink is watched (its calls counted) so each test knows which path the pi
 * a client that does not read: the client connection's transport pauses, the sink declines, the
   ordinary path waits for the client, and every byte still arrives in order;
 * a secret the model writes is masked on the direct path too;
-* a stop met in the middle of the stream closes the upstream from the sink.
+* a stop met in the middle of the stream closes the upstream from the sink;
+* a capture keeps the direct path and records every piece on both sides, each with its own time.
 
 Events are built from recorded vLLM 0.32 chunks (tests/fixtures/recorded/vllm-0.32-cpu), each with
 its own numbered token so that order and loss show.
@@ -25,6 +26,8 @@ from typing import Any
 import pytest
 from _servers import Canned, Replayer, RunningGateway, free_port
 
+from oaishim.capture.reader import CaptureReader
+from oaishim.capture.record import body_bytes
 from oaishim.check import check, exchange_from_bytes
 from oaishim.server import direct
 from oaishim.server.config import ModelRoute, Settings
@@ -199,3 +202,29 @@ def test_a_stop_in_the_middle_closes_the_upstream_from_the_sink(
     assert backend.closed_early.wait(timeout=2), "the gateway kept reading the upstream stream"
     assert backend.closed_at is not None and backend.closed_at - started < 1.5
     assert seen.taken >= 15
+
+
+def test_a_capture_keeps_the_direct_path_and_records_every_piece(
+    backend: Replayer, tmp_path: Path, monkeypatch: Any
+) -> None:
+    seen = Counted(monkeypatch)
+    tokens = [token(i) for i in range(40)]
+    sent = stream(tokens)
+    backend.push(paced(sent, 0.005))
+    route = ModelRoute("tiny", (backend.url,), profile="vllm@0.32", upstream_api_key=UPSTREAM_KEY)
+    folder = tmp_path / "capture"
+    with RunningGateway(Settings(models=(route,), port=free_port(), capture_dir=folder)) as gw:
+        client, request = raw_request(gw.url, REQUEST)
+        with client:
+            client.sendall(request)
+            body = read_response(client)
+    assert content(body) == "".join(tokens)
+    assert seen.taken >= 30  # recording did not send the pieces the ordinary way
+    (record,) = CaptureReader(folder).records()
+    client_side, upstream_side = record["client"]["response"], record["upstream"]["response"]
+    assert body_bytes(client_side) == body and client_side["complete"]
+    assert body_bytes(upstream_side) == sent and upstream_side["complete"]
+    for side in (client_side, upstream_side):  # one read per piece, as it passed, in time order
+        times = [t for t, _ in side["reads"]]
+        assert len(times) >= 30 and times == sorted(times)
+    assert record["timings"]["ttft_ms"] is not None

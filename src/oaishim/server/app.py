@@ -189,7 +189,7 @@ class Gateway(Dispatch):
         if rec is not None:
             receive, send = rec.wrap(receive, send)
             upstream = RecordingUpstream(upstream, rec)
-            ex.direct_body = None  # the recorder reads each message the client is sent (server.direct)
+            ex.direct_body = rec.direct(ex.direct_body)  # pieces written direct are recorded too (server.direct)
         if self.secrets:
             send = ex.scrubbing = scrubbing(send, self.secrets)
         send = ex.watch(send)

@@ -14,8 +14,8 @@ waits for the client. So the order of the bytes and the backpressure are the ord
 end of the body, an upstream failure, a timeout or a client that leaves still end the relay's wait
 as before; the pipe's flush and the end of the response go out the ordinary way.
 
-Not used where something else must see each message: a capture records the client's messages; a
-wrapped response (tracing, recording, a replayed answer) has no connection to attach to.
+A capture keeps this path: it wraps the direct write and the sink (``server.recording``). Not used
+where another wrapper must see each piece: a traced or replayed response has no connection to attach to.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class Writer:
 
 
 def writer_for(ex: Exchange | None) -> Writer | None:
-    """The direct writer of the exchange's response, where the server offers one and nothing else
-    must see each message (a capture takes ``direct_body`` away: server.app)."""
+    """The direct writer of the exchange's response, where the server offers one (a capture wraps
+    ``direct_body`` to record each piece: server.app)."""
     if ex is None or ex.direct_body is None:
         return None
     found = ex.direct_body(ex.scope)

@@ -201,6 +201,33 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class IdleCores:
+    """The cores the machine left idle on average since the last call, from ``/proc/stat`` (its
+    first line: the time of all cores, in ticks); None where that file cannot be read."""
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self.path = path
+        self._last = self._read()
+
+    def _read(self) -> tuple[int, int, int] | None:
+        try:
+            with open(self.path, "rb") as f:
+                fields = f.readline().split()
+        except OSError:
+            return None
+        if len(fields) < 5 or fields[0] != b"cpu":
+            return None
+        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+        return ticks[3] + ticks[4], sum(ticks), os.cpu_count() or 1
+
+    def __call__(self) -> float | None:
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[1] <= last[1]:
+            return None
+        return (now[0] - last[0]) / (now[1] - last[1]) * now[2]
+
+
 def _workers(value: Any, name: str) -> int:
     """Serving processes; 0 stands for one per usable core."""
     number: int = _number(value, name, int, 0, 1024)

@@ -3,9 +3,12 @@
 A :class:`Recorder` follows one exchange through its phases, as mitmproxy's hooks do: the client
 request received (``wrap`` sees every ASGI message), the upstream request sent and its response
 headers, and each upstream read (:class:`RecordingUpstream`, a wrapper around the upstream seam),
-each piece sent to the client (``wrap`` again), and the end (``end``). On the
-request path it only reads a clock and appends references to lists; the record is built, redacted,
-checked and written by the store's thread (``capture.store``), and ``end`` never blocks.
+each piece sent to the client (``wrap`` again), and the end (``end``). A stream's pieces relayed
+where the upstream's bytes arrive (``server.direct``) are noted there too: the upstream's by the
+sink :class:`RecordingResponse` hands the connection, the client's by the direct write
+:meth:`Recorder.direct` wraps, so a capture keeps that path. On the request path it only reads a
+clock and appends references to lists; the record is built, redacted, checked and written by the
+store's thread (``capture.store``) or the capture process, and ``end`` never blocks.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from oaishim.capture.build import build_record, warm_up
 from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
@@ -23,6 +26,8 @@ from oaishim.capture.store import CaptureWriter
 from oaishim.check import CheckOptions
 from oaishim.server.asgi import Message, Receive, Scope, Send
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.direct import Attachable
+from oaishim.server.exchange import DirectBody
 from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
 
 now = time.perf_counter_ns
@@ -70,14 +75,36 @@ class Recorder:
 
         return recording_receive, recording_send
 
-    def upstream_read(self, piece: bytes, opened: RawResponse | None = None) -> None:
-        """Each piece read from the upstream; ``b""`` when its body ended. ``opened``: the response
-        the piece belongs to; a record holds one upstream answer, so pieces of another (n fanned
-        out: the copies' answers) are not mixed into it."""
+    def direct(self, direct_body: DirectBody | None) -> DirectBody | None:
+        """The server's direct write of body pieces (``server.direct``), noting each piece as sent."""
+        if direct_body is None:
+            return None
+        raw = self.raw
+
+        def recording_direct(scope: Scope) -> tuple[Callable[[], bool], Callable[[bytes], None]] | None:
+            found = direct_body(scope)
+            if found is None:
+                return None
+            ready, write = found
+
+            def recording_write(data: bytes) -> None:
+                response = raw.client_response
+                if response is not None:
+                    response.reads.append((now(), data))
+                write(data)
+
+            return ready, recording_write
+
+        return recording_direct
+
+    def upstream_read(self, piece: bytes, opened: RawResponse | None = None, t_ns: int = 0) -> None:
+        """Each piece read from the upstream (at ``t_ns``, or now); ``b""`` when its body ended.
+        ``opened``: the response the piece belongs to; a record holds one upstream answer, so pieces
+        of another (n fanned out: the copies' answers) are not mixed into it."""
         response = self.raw.upstream_response
         if response is not None and (opened is None or opened is response):
             if piece:
-                response.reads.append((now(), piece))
+                response.reads.append((t_ns or now(), piece))
             else:
                 response.complete = True
 
@@ -121,6 +148,8 @@ class RecordingUpstream(UpstreamWrapper):
         started = now()
         response = await self.inner.open(route, method, path, body, content_type, headers)
         opened = self.recorder.upstream_sent(started, response, body)
+        if hasattr(response, "attach"):  # the raw connection's: its pieces can be relayed direct
+            return AttachableRecordingResponse(response, self.recorder, opened)
         return RecordingResponse(response, self.recorder, opened)
 
 
@@ -139,22 +168,63 @@ class RecordingResponse(ResponseWrapper):
         read(b"", opened)
 
 
-class CheckBudget:
-    """The checker's share of the writer thread's time: ``share`` of wall time on average, with
-    bursts up to ``burst`` seconds. The writer runs in the gateway's process, so its CPU is taken
-    under the same GIL as the event loop; the checker costs a few milliseconds per streamed answer
-    (ten times what recording it does), so past the budget records are stored unchecked
-    (``findings: null``) and ``oaishim inspect`` checks them when it shows them."""
+class AttachableRecordingResponse(RecordingResponse):
+    """A recorded response whose connection can hand its pieces to a sink (``server.direct``): a
+    piece the sink takes is noted here, since ``pieces`` will not see it; one it declines is."""
 
-    def __init__(self, share: float = 0.1, burst: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+    __slots__ = ()
+
+    def attach(self, sink: Callable[[bytes], bool]) -> None:
+        read, opened = self.recorder.upstream_read, self.opened
+
+        def recording_sink(piece: bytes) -> bool:
+            t_ns = now()  # when it arrived, before the sink relays it to the client
+            if not sink(piece):
+                return False
+            read(piece, opened, t_ns)
+            return True
+
+        cast(Attachable, self.inner).attach(recording_sink)
+
+    def detach(self) -> None:
+        cast(Attachable, self.inner).detach()
+
+
+class CheckBudget:
+    """The checker's share of the writer's time: ``share`` of wall time on average, with bursts up
+    to ``burst`` seconds. The checker costs a few milliseconds per streamed answer (ten times what
+    recording it does), so past the budget records are stored unchecked (``findings: null``) and
+    ``oaishim inspect`` checks them when it shows them.
+
+    With ``idle`` (a :class:`~oaishim.server.knobs.IdleCores`), the share also follows the CPU the
+    machine leaves idle: at most ``IDLE_USE`` of the idle cores seen over the last ``window``
+    seconds, so on a machine the gateway keeps busy the checker waits rather than take a core from
+    the serving processes (the capture process's budget)."""
+
+    IDLE_USE = 0.5
+
+    def __init__(
+        self,
+        share: float = 0.1,
+        burst: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        idle: Callable[[], float | None] | None = None,
+        window: float = 0.5,
+    ) -> None:
         self.share, self.burst, self.clock = share, burst, clock
+        self.idle, self.window = idle, window
+        self.rate = share  # the share in force
         self.tokens = burst
-        self.last = clock()
+        self.last = self._seen = clock()
         self.skipped = 0
 
     def allow(self) -> bool:
         now_s = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now_s - self.last) * self.share)
+        if self.idle is not None and now_s - self._seen >= self.window:
+            self._seen = now_s
+            idle = self.idle()
+            self.rate = self.share if idle is None else max(0.0, min(self.share, self.IDLE_USE * idle))
+        self.tokens = min(self.burst, self.tokens + (now_s - self.last) * self.rate)
         self.last = now_s
         if self.tokens > 0:
             return True
