@@ -19,7 +19,8 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
   of every worker's drops in the index, as the thread writer does.
 * The checker's budget (``CheckBudget``) is a tenth of the usable cores (at most half a core) of the
   writer process, and never more than half of what the machine leaves idle: on cores the gateway
-  keeps busy it waits. The writer runs at a lower priority than the serving ones. Past the budget,
+  keeps busy it waits. The writer runs in the idle scheduling class while it keeps up, at nice 10
+  while it is behind (:class:`Priority`). Past the budget,
   records are written unchecked (``findings: null``) rather than dropped; ``oaishim inspect``
   checks them.
 * Shutdown: the workers stop first and flush their queues; the writer then reads every connection
@@ -41,6 +42,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
@@ -212,6 +214,56 @@ class RemoteRecording:
 
 
 # -- the capture process ----------------------------------------------------------------------------
+class Priority:
+    """The writer's CPU priority: the idle class while it keeps up, so a serving process that wakes
+    always takes the core at once (at nice 10 alone, a burst of records held a core for milliseconds
+    at a time: the c1 p99 went from 1.3 to 3 ms); nice 10 while it is ``BEHIND`` seconds behind, so
+    a gateway that keeps every core busy does not starve it into dropping exchanges. Where the idle
+    class could not be left again (an unprivileged user whose RLIMIT_NICE does not allow nice 10,
+    see sched(7)), it stays at nice 10."""
+
+    BEHIND = 1.0  # seconds between an exchange's end and its record: past it, the writer's share counts
+    CAUGHT_UP = 0.2
+
+    def __init__(self, set_idle: Callable[[bool], bool] | None = None) -> None:
+        self._set = set_idle or _set_idle
+        self.idle = False
+        self.switches = 0
+        if (set_idle is not None or _can_leave_idle()) and self._set(True):
+            self.idle = True
+
+    def note(self, lag: float) -> None:
+        """How far behind the writer is (the age of the exchange it just wrote, in seconds)."""
+        if self.idle and lag > self.BEHIND:
+            if self._set(False):
+                self.idle = False
+                self.switches += 1
+                log.info("capture: %.1f s behind; the writer takes its share of the cores until it catches up", lag)
+        elif not self.idle and self.switches and lag < self.CAUGHT_UP and self._set(True):
+            self.idle = True
+
+
+def _set_idle(idle: bool) -> bool:
+    policy = getattr(os, "SCHED_IDLE", None) if idle else getattr(os, "SCHED_OTHER", None)
+    if policy is None:
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError:
+        return False
+    return True
+
+
+def _can_leave_idle() -> bool:
+    """Whether this process may switch back from SCHED_IDLE to the normal class at nice 10."""
+    if os.geteuid() == 0:
+        return True
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    return soft == resource.RLIM_INFINITY or soft >= 20 - WRITER_NICE
+
+
 def writer_recording(settings: Settings) -> Recording:
     """The recording the capture process builds records with (the gateway's redaction and checks)."""
     budget = CheckBudget(share=WRITER_CHECK_SHARE, burst=WRITER_CHECK_BURST, idle=IdleCores())
@@ -279,6 +331,7 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with contextlib.suppress(OSError):
         os.nice(WRITER_NICE)  # the serving processes first when the cores are all busy
+    priority = Priority()
     writer = recording.writer
     writer.open_index()
     selector = selectors.DefaultSelector()
@@ -311,6 +364,8 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
                 drops[numbers[sock]] = dropped
                 if exchange is not None:
                     writer.write(exchange)
+                    if exchange.end_ns:  # perf_counter_ns: the system's monotonic clock, the same in every process
+                        priority.note((time.perf_counter_ns() - exchange.end_ns) / 1e9)
                 wrote = True
         if wrote:
             writer.dropped = sum(drops.values())
