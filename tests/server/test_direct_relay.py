@@ -6,7 +6,8 @@ relay's sink is watched (its calls counted) so each test knows which path the pi
   ordinary one (the checker finds nothing; every token arrives, in order);
 * a client that does not read: the client connection's transport pauses, the sink declines, the
   ordinary path waits for the client, and every byte still arrives in order;
-* a secret the model writes is masked on the direct path too;
+* a secret the model writes is masked on the direct path too, also over several tokens (chat and
+  the Responses API);
 * a stop met in the middle of the stream closes the upstream from the sink;
 * a capture keeps the direct path and records every piece on both sides, each with its own time.
 
@@ -183,6 +184,40 @@ def test_a_secret_the_model_writes_is_masked(backend: Replayer, gateway: str, mo
     assert UPSTREAM_KEY.encode() not in body
     assert "the key is [REDACTED]." in content(body) and content(body).endswith(token(99))
     assert seen.taken >= 8
+
+
+@pytest.mark.parametrize("cut", [1, 3, 9, len(UPSTREAM_KEY) - 1])
+def test_a_secret_the_model_writes_over_several_tokens_is_masked(
+    backend: Replayer, gateway: str, monkeypatch: Any, cut: int
+) -> None:
+    seen = Counted(monkeypatch)
+    tokens = [token(i) for i in range(10)] + [f"the key is {UPSTREAM_KEY[:cut]}", f"{UPSTREAM_KEY[cut:]}."]
+    backend.push(paced(stream([*tokens, token(99)]), 0.005))
+    client, request = raw_request(gateway, REQUEST)
+    with client:
+        client.sendall(request)
+        body = read_response(client)
+    assert UPSTREAM_KEY.encode() not in body
+    assert content(body) == "".join(token(i) for i in range(10)) + "the key is [REDACTED]." + token(99)
+    assert seen.taken >= 8
+
+
+def test_a_secret_over_several_tokens_is_masked_in_a_responses_stream(backend: Replayer, gateway: str) -> None:
+    tokens = ["the key ", UPSTREAM_KEY[:5], UPSTREAM_KEY[5:12], UPSTREAM_KEY[12:], " ok"]
+    backend.push(paced(stream(tokens), 0.005))
+    host, port = gateway.removeprefix("http://").split(":")
+    data = json.dumps({"model": "tiny", "input": "Count.", "stream": True}).encode()
+    head = f"POST /v1/responses HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(data)}\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=20) as client:
+        client.sendall(head.encode() + data)
+        body = read_response(client)
+    assert UPSTREAM_KEY[5:12].encode() not in body
+    events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: {")]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == "the key [REDACTED] ok"
+    (done,) = [e for e in events if e["type"] == "response.completed"]
+    assert done["response"]["output"][0]["content"][0]["text"] == text
 
 
 def test_a_stop_in_the_middle_closes_the_upstream_from_the_sink(

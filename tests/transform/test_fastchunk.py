@@ -24,9 +24,17 @@ from oaishim.transform.repair import RepairPlan
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 
 
-def context(include_usage: bool, reasoning: bool, starts_in_reasoning: bool, stops: tuple[str, ...]) -> ResponseContext:
+def context(
+    include_usage: bool,
+    reasoning: bool,
+    starts_in_reasoning: bool,
+    stops: tuple[str, ...],
+    secrets: tuple[str, ...] = (),
+) -> ResponseContext:
     plan = RepairPlan(reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, stops=stops)
-    return ResponseContext(model="m", include_usage=include_usage, repair=plan, response_id="chatcmpl-x", created=7)
+    return ResponseContext(
+        model="m", include_usage=include_usage, repair=plan, response_id="chatcmpl-x", created=7, secrets=secrets
+    )
 
 
 def pipes(**options: Any) -> tuple[StreamPipe, StreamPipe]:
@@ -57,11 +65,12 @@ OPTIONS = st.fixed_dictionaries(
         "reasoning": st.booleans(),
         "starts_in_reasoning": st.booleans(),
         "stops": st.sampled_from([(), ("stop",)]),
+        "secrets": st.sampled_from([(), ("sk-stop-a-key",)]),  # the gateway's keys: masked as they stream
     }
 )
-TEXT = st.lists(st.sampled_from(["a", " ", "<", ">", "/", "think", "\n", '"', "é", "🙂", "stop"]), max_size=6).map(
-    "".join
-)
+TEXT = st.lists(
+    st.sampled_from(["a", " ", "<", ">", "/", "think", "\n", '"', "é", "🙂", "stop", "sk-", "-a-key"]), max_size=6
+).map("".join)
 
 
 @st.composite
@@ -122,6 +131,32 @@ def test_the_common_token_takes_the_short_way() -> None:
         b'"choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}\n\n'
     )
     assert fast._fast.event(orjson.dumps(token(" <think")).decode()) is None  # a tag may start: the general rules
+
+
+def test_with_secrets_to_mask_the_common_token_still_takes_the_short_way() -> None:
+    fast, _ = pipes(
+        include_usage=False, reasoning=True, starts_in_reasoning=False, stops=(), secrets=("sk-stop-a-key",)
+    )
+    fast.feed(event(token("", role="assistant")) + event(token("Hi")))
+    assert fast._fast is not None
+    head = b'data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,'
+    tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+    assert fast._fast.event(orjson.dumps(token(" the")).decode()) == head + b'"delta":{"content":" the"' + tail
+    assert fast._fast.event(orjson.dumps(token(" sk-st")).decode()) == head + b'"delta":{"content":" "' + tail
+    assert fast._fast.event(orjson.dumps(token("op")).decode()) == b""  # "sk-stop" may still become the key
+    masked = fast._fast.event(orjson.dumps(token("-a-key!")).decode())
+    assert masked == head + b'"delta":{"content":"[REDACTED]!"' + tail
+
+
+def test_a_key_cut_across_tokens_comes_out_the_same_both_ways() -> None:
+    key = "sk-stop-a-key"
+    text = f"the key {key} ok"
+    options = {"include_usage": False, "reasoning": True, "starts_in_reasoning": False, "stops": (), "secrets": (key,)}
+    for cut in range(len(text) + 1):
+        events = [event(token("", role="assistant")), event(token(text[:cut])), event(token(text[cut:]))]
+        fast, general = both([*events, event(token(".", finish="stop")), b"data: [DONE]\n\n"], **options)
+        assert fast == general, cut
+        assert key.encode() not in b"".join(fast) and b"[REDACTED]" in b"".join(fast)
 
 
 @pytest.mark.parametrize(

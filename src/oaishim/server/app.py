@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oaishim.capture.redact import scrub_bytes, secret_needles
+from oaishim.capture.redact import MIN_SECRET, scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
 from oaishim.profiles.detect import probe_paths, resolve
@@ -105,9 +105,10 @@ class Gateway(Dispatch):
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).
-        self.secrets = secret_needles(
-            [*settings.client_keys, settings.metrics_key, *(route.upstream_api_key for route in settings.models)]
-        )
+        known = [*settings.client_keys, settings.metrics_key, *(route.upstream_api_key for route in settings.models)]
+        self.secrets = secret_needles(known)
+        # and as text, masked in what a model writes over several tokens of a stream (transform.secrets)
+        self.secret_texts = tuple(sorted({k for k in known if k and len(k) >= MIN_SECRET}, key=len, reverse=True))
         self.responses = ResponsesAPI(self)  # /v1/responses and its store
         self.streams = StreamCount()
         self.metrics = Metrics(self.streams, self.recording.writer if self.recording is not None else None)
@@ -307,6 +308,7 @@ class Gateway(Dispatch):
             profile.display_markup,
             profile.tool_choice.unparsed,
             profile.tool_choice.grammar_done,
+            self.secret_texts,
         )
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         note(route.name, profile.name, prepared)

@@ -132,9 +132,9 @@ class Scrubbing:
     A secret split across two pieces (a pass-through body relayed as the backend's reads came) is
     caught too: a piece's tail that could still grow into a secret is held back and sent with the
     next piece. Only such a tail waits (usually nothing: it must be a prefix of a secret), so a
-    stream is not delayed. Not caught: a secret a model writes over several tokens of a stream (each
-    token is its own JSON event, so its bytes are never side by side here; README, "What it does
-    not do"). :meth:`body` is that masking alone, for a body piece written to the client without a
+    stream is not delayed. A secret a model writes over several tokens of a stream is in separate
+    JSON events, never side by side here: the stream's text is masked before it is encoded
+    (``transform.secrets``). :meth:`body` is that masking alone, for a body piece written to the client without a
     message (``server.direct``)."""
 
     __slots__ = ("_held", "_needles", "_send", "_tail")

@@ -71,6 +71,7 @@ class ChatHost(Protocol):
 
     settings: Settings
     keys: KeyRing
+    secret_texts: tuple[str, ...]  # masked in the text a model streams (transform.secrets)
 
     async def read_request_body(self, receive: Receive) -> bytes: ...
 
@@ -253,6 +254,7 @@ class ResponsesAPI:
             profile.display_markup,
             profile.tool_choice.unparsed,
             profile.tool_choice.grammar_done,
+            gateway.secret_texts,
         )
         # The encoder reads reasoning from reasoning_content whatever the chat setting says.
         ctx = replace(ctx, reasoning_field="reasoning_content", keep_extensions=False, context_param="input")

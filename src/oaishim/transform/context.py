@@ -57,6 +57,9 @@ class ResponseContext:
     # The backend's words for a token its completed grammar could not take (llama.cpp, L-33): the
     # constrained answer already streamed is whole, so that error ends it as a finish too
     grammar_done: str | None = None
+    # The gateway's secrets (its keys, the upstream keys), masked in each text field as it streams:
+    # a model that writes one over several tokens (transform.secrets)
+    secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.response_id:

@@ -5,8 +5,9 @@ choice, a delta holding only ``content`` (other keys null), no finish, no usage.
 normaliser's general rules (``transform.stream``) come to one output chunk whose only variable part
 is the text, so :class:`FastChunks` writes the official bytes directly: the envelope up to the
 text rendered once per stream and choice, then the text as JSON, then the fixed end. It is taken
-only when the general path would give exactly these bytes and change no state (the text repair
-lets the text through untouched, see ``TextRepair.passes``); anything else returns None and goes
+only when the general path would give exactly these bytes and change no other state (the text
+repair lets the text through untouched, see ``TextRepair.passes``; the secret masks change as the
+general path would change them, see ``FieldMasks.feed_alone``); anything else returns None and goes
 the general way. tests/transform/test_fastchunk.py holds both paths to byte-identical output.
 """
 
@@ -83,6 +84,13 @@ class FastChunks:
         repair = state.repair
         if repair is not None and repair.passes(text) != "content":
             return None
+        if state.masks is not None:  # the gateway's secrets masked, as the general rules would
+            masked = state.masks.feed_alone("content", text)
+            if masked is None:
+                return None  # another field holds the beginning of a secret: it goes out first
+            if not masked:
+                return b""  # all of it may begin a secret: held for the next token
+            text = masked
         head = self._heads.get(state.index)
         if head is None:
             ctx = norm.ctx

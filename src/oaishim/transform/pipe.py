@@ -190,7 +190,8 @@ class StreamPipe:
                     except orjson.JSONDecodeError:
                         quick = None  # the general path gives the error
                     if quick is not None:
-                        out.append(quick)
+                        if quick:  # (b"": the text is held, as it may begin a secret)
+                            out.append(quick)
                         continue
                 for chunk in normalizer.feed(event.data):
                     out.append(b"data: " + dumps(chunk) + b"\n\n")

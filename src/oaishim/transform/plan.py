@@ -47,10 +47,12 @@ def response_context(
     markup: frozenset[str] = frozenset(),
     unparsed: str | None = None,
     grammar_done: str | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> ResponseContext:
     """What the response side must produce for this request, under these settings (``markup``: what
     the profile names as display markup; ``unparsed``, ``grammar_done``: its phrases for a call its
-    parser refused and for a token its completed grammar could not take)."""
+    parser refused and for a token its completed grammar could not take; ``secrets``: what must
+    never reach the client, masked in the text as it streams)."""
     chat = endpoint == "chat"
     repair = settings.text_repair
     structured = prepared.output_format is not None
@@ -88,4 +90,5 @@ def response_context(
         forced_tool=forced_name(prepared.tool_choice) if chat and prepared.tools_offered else None,
         unparsed_call=unparsed if chat and tool_mode == "auto" else None,
         grammar_done=grammar_done if chat else None,
+        secrets=secrets,
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -38,6 +38,7 @@ from oaishim.transform.context import ResponseContext
 from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallStart, Piece, Text, merge
 from oaishim.transform.repair import TextRepair
+from oaishim.transform.secrets import FieldMasks
 from oaishim.transform.upstream_errors import is_error_body, normalize_upstream_error
 from oaishim.wire.errors import OpenAIError, internal_error, upstream_error
 
@@ -54,6 +55,7 @@ class _Call:
     opened: bool = False
     pending_args: str = ""
     arguments: list[str] = field(default_factory=list)  # every fragment, to check the whole is JSON
+    serial: int = 0  # its place in the choice's calls (the key of its arguments' secret mask)
     # not for the client (another function than a named tool_choice, or a second call under
     # parallel_tool_calls false): nothing of it is sent
     dropped: bool = False
@@ -73,6 +75,7 @@ class _Choice:
     text_offset: int = 0
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # entries not yet sent with a content delta
     fmt: output_format.Held | None = None  # a response_format request: content to check, reasoning held
+    masks: FieldMasks | None = None  # the gateway's secrets masked in each field's text (transform.secrets)
 
     def __repr__(self) -> str:
         return f"<choice {self.index} {self.state}>"
@@ -187,7 +190,8 @@ class StreamNormalizer:
         if state is None:
             repair = TextRepair(self.ctx.repair) if self.ctx.repair is not None and self.ctx.repair.active else None
             fmt = output_format.Held() if self.ctx.output_format is not None and self.ctx.chat else None
-            state = self.choices[upstream_index] = _Choice(-1, repair, fmt=fmt)
+            masks = FieldMasks(self.ctx.secrets) if self.ctx.secrets else None
+            state = self.choices[upstream_index] = _Choice(-1, repair, fmt=fmt, masks=masks)
         return state
 
     def expect(self, upstream_index: int) -> None:
@@ -263,6 +267,14 @@ class StreamNormalizer:
     def _content_now(self, state: _Choice, text: str) -> list[Chunk]:
         if not text:
             return []
+        if state.masks is not None:
+            released, text = state.masks.feed("content", text)
+            return self._emit(state, released) + self._content_out(state, text)
+        return self._content_out(state, text)
+
+    def _content_out(self, state: _Choice, text: str) -> list[Chunk]:
+        if not text:
+            return []
         out = self._open(state, "content")
         lp = None
         if self.ctx.logprobs and self.ctx.chat:
@@ -284,6 +296,14 @@ class StreamNormalizer:
         return self._reasoning_now(state, reasoning) + self._content_now(state, content)
 
     def _reasoning_now(self, state: _Choice, text: str) -> list[Chunk]:
+        if not text:
+            return []
+        if state.masks is not None:
+            released, text = state.masks.feed("reasoning", text)
+            return self._emit(state, released) + self._reasoning_out(state, text)
+        return self._reasoning_out(state, text)
+
+    def _reasoning_out(self, state: _Choice, text: str) -> list[Chunk]:
         if not text:
             return []
         fields = _parts.reasoning_fields(text, self.ctx)
@@ -321,9 +341,10 @@ class StreamNormalizer:
                     return out + self._finish(state, "stop")
         refusal = delta.get("refusal")
         if refusal is not None and _parts.text_or_none(refusal, "a delta's refusal"):
-            out += self._unhold(state)
-            out += self._open(state, "refusal")
-            out.append(self._delta(state.index, {"refusal": refusal}))
+            if state.masks is not None:
+                released, refusal = state.masks.feed("refusal", refusal)
+                out += self._emit(state, released)
+            out += self._refusal_out(state, refusal)
         calls = delta.get("tool_calls")
         if calls:
             if not isinstance(calls, list):
@@ -348,11 +369,18 @@ class StreamNormalizer:
     def _tool_call(self, state: _Choice, key: object, upstream_id: Any, name: str | None, args: str) -> list[Chunk]:
         entry = state.calls.get(key)
         if entry is None or _starts_another(entry, upstream_id, name):
-            entry = state.calls[key] = _Call(call_id(upstream_id), upstream_id or None)
+            entry = state.calls[key] = _Call(call_id(upstream_id), upstream_id or None, serial=len(state.made))
             state.made.append(entry)
         if entry.name is None and name:
             entry.name = name
             self._keep_or_drop(state, entry)
+        out: list[Chunk] = []
+        if state.masks is not None and (args or name):
+            released, args = state.masks.feed(("call", entry.serial), args)
+            out += self._emit(state, released)
+        return out + self._call_out(state, entry, args)
+
+    def _call_out(self, state: _Choice, entry: _Call, args: str) -> list[Chunk]:
         if args:
             entry.arguments.append(args)
         if entry.dropped:
@@ -377,6 +405,34 @@ class StreamNormalizer:
             out.append(
                 self._delta(state.index, {"tool_calls": [{"index": entry.index, "function": {"arguments": args}}]})
             )
+        return out
+
+    def _refusal_out(self, state: _Choice, refusal: str) -> list[Chunk]:
+        if not refusal:
+            return []
+        return [*self._unhold(state), *self._open(state, "refusal"), self._delta(state.index, {"refusal": refusal})]
+
+    def _unmask(self, state: _Choice) -> list[Chunk]:
+        """The choice ends: beginnings of a secret its masks held that never completed are text."""
+        if state.masks is None:
+            return []
+        if state.masks.masked:
+            self.ctx.repairs.add("secret_masked")
+        return self._emit(state, state.masks.release())
+
+    def _emit(self, state: _Choice, released: list[tuple[object, str]]) -> list[Chunk]:
+        """The deltas of text a field's secret mask held back (``FieldMasks``), unmasked again."""
+        out: list[Chunk] = []
+        for key, text in released:
+            if key == "content":
+                out += self._content_out(state, text)
+            elif key == "reasoning":
+                out += self._reasoning_out(state, text)
+            elif key == "refusal":
+                out += self._refusal_out(state, text)
+            else:
+                _, serial = cast(tuple[str, int], key)
+                out += self._call_out(state, state.made[serial], text)
         return out
 
     def _keep_or_drop(self, state: _Choice, entry: _Call) -> None:
@@ -409,8 +465,12 @@ class StreamNormalizer:
             lp = _parts.legacy_logprobs(choice.get("logprobs"), self.ctx.top_logprobs, state.text_offset)
         if state.repair is not None:
             text = "".join(p.text for p in state.repair.feed(text) if isinstance(p, Text))
+        out: list[Chunk] = []
+        if state.masks is not None and text:
+            released, text = state.masks.feed("content", text)
+            out += self._emit(state, released)
         state.text_offset += len(text)
-        out = [self._delta(state.index, {"content": text}, lp)] if text else []
+        out += [self._delta(state.index, {"content": text}, lp)] if text else []
         if state.repair is not None and state.repair.stopped:
             out += self._finish(state, "stop")
         return out
@@ -432,6 +492,7 @@ class StreamNormalizer:
                 upstream = "stop"
                 self.stop_seen = True
             self.ctx.repairs.update(state.repair.applied())
+        out += self._unmask(state)
         made_calls = any(c.opened for c in state.made)  # (the repair's flush may have opened a call)
         if state.fmt is not None:  # reasoning held back: the answer (moved to the content) or reasoning
             reasoning, content = state.fmt.end(made_calls, self.ctx)
@@ -441,6 +502,7 @@ class StreamNormalizer:
         for call in state.made:
             if not call.opened and call.pending_args and not call.dropped:  # never named: give its text back
                 out += self._content(state, call.pending_args)
+        out += self._unmask(state)  # (what the lines above sent through the masks)
         self._number(state)
         reason = _parts.finish_reason(upstream, made_calls, self.ctx) if self.ctx.chat else _legacy_finish(upstream)
         if reason != "length":  # arguments cut by the limit are short, as at OpenAI
