@@ -176,13 +176,13 @@ def test_the_writer_is_idle_while_it_keeps_up_and_takes_its_share_when_behind() 
 
     priority = Priority(set_idle)
     assert priority.idle and calls == [True]
-    priority.note(0.5)  # behind, but less than a second: still idle
+    priority.note(0.05)  # the send interval and a little: still idle
     assert priority.idle and calls == [True]
-    priority.note(1.5)
+    priority.note(0.15)  # past BEHIND: the workers' queues would fill next
     assert not priority.idle and calls == [True, False]
-    priority.note(0.5)  # catching up: not yet
+    priority.note(0.08)  # catching up: not yet
     assert not priority.idle and calls == [True, False]
-    priority.note(0.1)
+    priority.note(0.02)
     assert priority.idle and calls == [True, False, True]
     allowed[0] = False  # the kernel refuses the switch: the writer says what it really is
     priority.note(2.0)
