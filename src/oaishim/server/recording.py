@@ -5,7 +5,7 @@ request received (``wrap`` sees every ASGI message), the upstream request sent a
 headers, and each upstream read (:class:`RecordingUpstream`, a wrapper around the upstream seam),
 each piece sent to the client (``wrap`` again), and the end (``end``). A stream's pieces relayed
 where the upstream's bytes arrive (``server.direct``) are noted there too: the upstream's by the
-sink :class:`RecordingResponse` hands the connection, the client's by the direct write
+sink :class:`AttachableRecordingResponse` hands the connection, the client's by the direct write
 :meth:`Recorder.direct` wraps, so a capture keeps that path. On the request path it only reads a
 clock and appends references to lists; the record is built, redacted, checked and written by the
 store's thread (``capture.store``) or the capture process, and ``end`` never blocks.
