@@ -182,7 +182,7 @@ class Connection(asyncio.Protocol):
             elif lower == b"content-type":
                 content_type = value
             elif lower == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
+                chunked = value.lower().find(b"chunked") != -1
         if not self.head.done():
             self.head.set_result(Head(status, self._headers, _media_type(content_type), length, chunked))
             if self._head_timer is not None:

@@ -81,7 +81,7 @@ def _decode(raw: bytes) -> str:
 def normalize_path(raw: bytes) -> str:
     """The canonical form of a request target's path (the query already split off, as ASGI's
     ``raw_path`` is); raises :class:`BadTarget` for a target the gateway refuses."""
-    if _PLAIN.fullmatch(raw) and b"//" not in raw and b"/." not in raw:
+    if _PLAIN.fullmatch(raw) and raw.find(b"//") == -1 and raw.find(b"/.") == -1:
         return raw.decode("ascii")
     if not raw.startswith(b"/"):
         raise BadTarget("the request target must be a path that starts with '/'.")

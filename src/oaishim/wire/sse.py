@@ -292,7 +292,7 @@ def encode_data(payload: bytes) -> bytes:
     This is the per-token fast path: no decoding, no splitting. A line end in ``payload`` would break
     the framing, so it raises ``ValueError`` instead (compact JSON never contains a raw one).
     """
-    if b"\n" in payload or b"\r" in payload:
+    if payload.find(b"\n") != -1 or payload.find(b"\r") != -1:  # (find: ``in`` builds an exception per test)
         raise ValueError("encode_data payload must be a single line; use encode_event for multi-line data")
     return b"data: " + payload + b"\n\n"
 
