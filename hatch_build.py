@@ -44,16 +44,17 @@ PACKAGES = ("wire", "transform")  # under src/oaishim: the pure core, whole
 # Left as Python: an exception that is a frozen dataclass (mypyc cannot make it a native class).
 LEFT_OUT = ("wire/errors.py",)
 # And the modules outside it that every request runs through and that no Python class inherits
-# from: the upstream client and its pool, the exchange's records, the ASGI helpers, the write
-# joiner, metrics, the access log, the key check and the masking of secrets (-90k instructions a
-# plain request, on top of the core's -130k). The request's coroutines (app, dispatch, relay,
+# from: the HTTP server's connection and request cycle (server.http, server.h1cycle: -42k a plain
+# request against them as Python), the upstream client and its pool, the exchange's records, the
+# ASGI helpers, metrics, the access log, the key check and the masking of secrets (-90k
+# instructions a plain request, on top of the core's -130k). The request's coroutines (app, dispatch, relay,
 # direct) stay Python: compiled with them, the gateway crashed at start-up (a segfault, mypyc 2.4),
 # and seam's wrappers are subclassed by Python classes, which compiled classes do not allow.
 HOT = (
     "capture/redact.py",
     *(
         f"server/{name}.py"
-        for name in ("access", "asgi", "auth", "exchange", "h1client", "metrics", "upstream", "writes")
+        for name in ("access", "asgi", "auth", "exchange", "h1client", "h1cycle", "http", "metrics", "upstream")
     ),
 )
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"

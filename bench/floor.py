@@ -1,8 +1,8 @@
 """The server's own floor: instructions per plain request for an ASGI app that answers at once.
 
-The gateway's HTTP server (uvicorn with the gateway's guarded protocol, ``server.main.run_asgi``)
-runs under callgrind with an app that reads the request and sends a fixed ~1.3 KB JSON answer; the
-same harness as ``callgrind.py`` (N vs 2N sequential requests on one keep-alive connection) gives
+The gateway's HTTP server (``server.serving``, as ``server.main.run_asgi`` runs it; uvicorn with a
+guarded protocol before 2026-12-02: 147k) runs under callgrind with an app that reads the request
+and sends a fixed ~1.3 KB JSON answer; the same harness as ``callgrind.py`` (N vs 2N sequential requests on one keep-alive connection) gives
 what a request costs before the gateway does anything: the part a faster server could save.
 
     python bench/floor.py            # prints one JSON object: {"floor_plain_request": …}

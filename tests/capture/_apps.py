@@ -1,4 +1,4 @@
-"""What the capture tests share: ASGI apps (gateway, proxy, mock) under uvicorn in a thread on
+"""What the capture tests share: ASGI apps (gateway, proxy, mock) under the gateway's HTTP server in a thread on
 127.0.0.1, stopped by the fixture or ``with`` block that started them, and small HTTP helpers."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 import aiohttp
 import orjson
-import uvicorn
 
-from _uvicorn import ThreadServer
+from _threadserver import ThreadServer
 from oaishim.capture.build import build_record
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse
 from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
+from oaishim.server.serving import Server
 
 
 def free_port() -> int:
@@ -29,22 +29,12 @@ def free_port() -> int:
 
 
 class RunningApp:
-    """Any ASGI app under uvicorn, in a thread of this process, on 127.0.0.1."""
+    """Any ASGI app under the gateway's HTTP server, in a thread of this process, on 127.0.0.1."""
 
     def __init__(self, app: Any, port: int | None = None) -> None:
         self.app = app
         self.port = port or free_port()
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=self.port,
-            loop="asyncio",
-            log_level="warning",
-            lifespan="on",
-            server_header=False,
-            date_header=False,
-        )
-        self.server = ThreadServer(config)
+        self.server = ThreadServer(Server(app, "127.0.0.1", self.port, date_header=False))
         self.url = f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> RunningApp:

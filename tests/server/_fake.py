@@ -5,7 +5,7 @@ answers the replaying backend serves (status, content type, headers, the body in
 ``asyncio.sleep`` between them, a body cut short) and records each request as a
 :class:`_servers.Seen`. It stands in for the network, not for an engine: the gateway logic tests
 run through the real ASGI app with it, and the tests about sockets (disconnects, framing, timeouts,
-client limits) keep the real replaying backend and uvicorn.
+client limits) keep the real replaying backend and the gateway's HTTP server.
 
 A test module that sets ``IN_PROCESS = True`` gets these from conftest's ``backend`` and
 ``gateways`` fixtures: ``gateways(...)`` then returns a handle, ``inproc://N``, that :func:`call`

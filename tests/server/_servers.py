@@ -21,10 +21,11 @@ from typing import Any
 
 import orjson
 
-from _uvicorn import ThreadServer
+from _threadserver import ThreadServer
 from oaishim.server.app import Gateway
 from oaishim.server.config import Settings
-from oaishim.server.main import limits_for, uvicorn_config
+from oaishim.server.main import limits_for
+from oaishim.server.serving import Server
 
 
 @dataclass
@@ -160,15 +161,12 @@ def free_port() -> int:
 
 
 class RunningGateway:
-    """The real gateway app under uvicorn, in a thread of this process."""
+    """The real gateway app under its HTTP server, in a thread of this process."""
 
     def __init__(self, settings: Settings) -> None:
         self.app = Gateway(settings)
-        # as `oaishim serve` configures uvicorn (the guarded HTTP protocol and its limits)
-        config = uvicorn_config(
-            self.app, "127.0.0.1", settings.port, limits_for(settings), loop="asyncio", log_level="warning"
-        )
-        self.server = ThreadServer(config)
+        # as `oaishim serve` configures it (the limits of its connections)
+        self.server = ThreadServer(Server(self.app, "127.0.0.1", settings.port, limits_for(settings)))
         self.url = f"http://127.0.0.1:{settings.port}"
 
     def __enter__(self) -> RunningGateway:

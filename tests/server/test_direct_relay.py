@@ -1,5 +1,5 @@
 """A stream's pieces written where the upstream's bytes arrive (``server.direct``), over real sockets:
-the gateway under uvicorn in front of a replaying backend that sends one event per write. The
+the gateway under its HTTP server in front of a replaying backend that sends one event per write. The
 relay's sink is watched (its calls counted) so each test knows which path the pieces took.
 
 * one event per read, while the relay waits: the sink takes them, and the client's stream is the

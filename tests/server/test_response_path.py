@@ -260,7 +260,7 @@ def test_the_bound_from_flag_environment_and_file(tmp_path: Any, monkeypatch: py
 
 def test_the_serve_flag_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """``oaishim serve --max-upstream-event-mb``; the server start is replaced by one that records
-    the settings it was given (starting uvicorn is not what this is about)."""
+    the settings it was given (starting the server is not what this is about)."""
     import oaishim.server.main
     from oaishim.commands.main import main
 

@@ -137,7 +137,7 @@ def test_spans_reach_an_otlp_collector_and_the_trace_runs_client_gateway_backend
                 )
                 # the spans are queued (batched) until the gateway stops: it exports them then
                 child.terminate()
-                child.wait(timeout=20)  # uvicorn stops, then raises the signal again: -15
+                child.wait(timeout=20)  # the gateway stops gracefully: the spans are exported then
             (seen,) = backend.seen
     finally:
         collector.close()

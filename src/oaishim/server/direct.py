@@ -1,12 +1,12 @@
 """A stream's pieces relayed where the upstream's bytes arrive, without waking the request's task.
 
 Relayed the ordinary way, each streamed chunk costs a future, a task step down the request's whole
-coroutine chain and an ASGI message through the send wrappers (request id, secret masking, uvicorn's
+coroutine chain and an ASGI message through the send wrappers (request id, secret masking, the server's
 framing): more than the pipe's own work on the chunk (bench/README.md). Once a stream's head is
 out, the same work can be done in the upstream connection's read callback: the connection
 (``server.h1client``) hands each body piece to a :class:`Sink` while the relay waits for the next
 piece; the sink feeds the pipe and writes what it gives to the client's connection at once
-(``server.http``'s ``DIRECT_BODY`` extension), masked and counted as the send chain would.
+(``server.h1cycle``'s ``DIRECT_BODY`` extension), masked and counted as the send chain would.
 
 Only while the relay waits, and only while the client reads: a piece that arrives while the relay
 is busy, or while the client's connection is paused (a slow reader), takes the ordinary path, which

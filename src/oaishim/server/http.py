@@ -1,14 +1,15 @@
-"""The client-facing HTTP/1.1 connection: uvicorn's httptools protocol with the limits it lacks.
+"""The client-facing HTTP/1.1 connection: httptools parses, each request runs the ASGI app in a task.
 
-uvicorn bounds nothing while a request arrives: a connection that sends half a request line is held
-forever, an unfinished header value is buffered without end, a declared ``Content-Length`` over the
-body limit is only refused after the body was read, and its own refusals (400, 503) are plain text.
-:class:`GuardedHttpTools` adds, per connection:
+Written for this proxy rather than taken from a general server (uvicorn's protocol and ASGI cycle
+were 150k instructions a plain request before the gateway did anything: bench/README.md): the
+request's framing is ``server.h1cycle``; this module is the connection around it, with keep-alive,
+pipelining (requests answered in order, reading paused while one waits), backpressure both ways,
+and the bounds a public server needs, per connection:
 
 * a deadline for the request head (from the connection's start, or from the first byte of a later
   request on a kept-alive connection) and one for the body (from the end of the head): a client
   that drips bytes cannot hold a connection past them. A partial request gets a 408; a connection
-  that sent nothing is closed quietly, as an idle keep-alive connection is.
+  that sent nothing is closed quietly, as a kept-alive connection idle for ``keep_alive`` seconds is.
 * a bound on the head's bytes (request line and headers): past it, a 431, and nothing more is kept.
 * a 413 as soon as the head declares a body over the limit, before any of the body is read.
 * a bound on open connections: at the bound, a new connection replaces the one that has waited
@@ -16,25 +17,35 @@ body limit is only refused after the body was read, and its own refusals (400, 5
   a flood of half-open connections cannot keep ``/health`` from answering; if every connection is
   busy, the new one gets a 503.
 
-Every refusal is an OpenAI-shaped JSON error with ``connection: close``. After it the connection
-lingers briefly, reading and discarding, so that a client still sending sees the answer instead of
-a reset (a close with unread bytes makes the kernel send RST, which drops the answer).
+Every refusal (malformed HTTP included) is an OpenAI-shaped JSON error with ``connection: close``.
+After it the connection lingers briefly, reading and discarding, so that a client still sending
+sees the answer instead of a reset (a close with unread bytes makes the kernel send RST).
+
+The deadlines share one timer per connection, moved lazily: a busy kept-alive connection arms one
+every few seconds, not one per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, cast
+from urllib.parse import unquote
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+import httptools
 
 from oaishim.server.exchange import DIRECT_BODY, ON_GONE
-from oaishim.server.writes import JoiningTransport
-from oaishim.wire.errors import OpenAIError, bad_request, timeout, too_large, unavailable
+from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
+from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
 
+log = logging.getLogger("oaishim.http")
 LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+# what the shared timer is waiting for
+_NONE, _HEAD, _BODY, _IDLE, _LINGER = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,241 +55,390 @@ class HttpLimits:
     max_header_bytes: int = 64 * 1024
     max_body_bytes: int | None = None  # a larger declared Content-Length is refused at once
     max_connections: int | None = 1024
+    keep_alive: float = 5.0  # seconds an idle kept-alive connection is kept (as uvicorn and Node do)
 
 
-def _answer(error: OpenAIError, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+@dataclass(slots=True)
+class ServerState:
+    """What a server's connections share: the app, the limits, the open connections and tasks."""
+
+    app: Any
+    limits: HttpLimits
+    date: bytes = b""  # the ``date`` header line, kept current by the server (b"": none)
+    connections: set[HttpConnection] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+def _answer(error: OpenAIError, date: bytes) -> bytes:
     body = error.to_bytes()
-    head = [STATUS_LINE[error.status]]
-    head += [b"%s: %s\r\n" % pair for pair in default_headers]
-    head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
-    return b"".join(head) + body
+    head = status_line(error.status) + date
+    head += b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+    return head + body
 
 
-def _nothing() -> None:
-    return None
+class HttpConnection(asyncio.Protocol):
+    __slots__ = (
+        "_deadline",
+        "_head_bytes",
+        "_headers",
+        "_heads",
+        "_in_head",
+        "_refused",
+        "_timer",
+        "_timer_at",
+        "_url",
+        "_waiting_since",
+        "_why",
+        "_writable",
+        "answering",
+        "client",
+        "loop",
+        "parser",
+        "parsing",
+        "queue",
+        "read_paused",
+        "server",
+        "state",
+        "transport",
+        "write_paused",
+    )
 
-
-def protocol_class(limits: HttpLimits) -> type[GuardedHttpTools]:
-    """The protocol uvicorn instantiates per connection (``uvicorn.Config(http=...)``), with these limits."""
-    return type("GuardedHttpTools", (GuardedHttpTools,), {"limits": limits})
-
-
-class GuardedHttpTools(HttpToolsProtocol):
-    limits: ClassVar[HttpLimits] = HttpLimits()
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.limit_concurrency = None  # uvicorn's own check answers text/plain; max_connections replaces it
+    def __init__(self, state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
+        self.state, self.loop = state, loop
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport = cast(asyncio.Transport, None)
+        self.client: Any = None
+        self.server: Any = None
+        self.parsing: Cycle | None = None  # the request the parser is reading
+        self.answering: Cycle | None = None  # the request being answered (the app's)
+        self.queue: deque[Cycle] = deque()  # pipelined requests behind it
+        self.read_paused = self.write_paused = False
+        self._writable: asyncio.Future[None] | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
         self._in_head = True  # between requests or inside a head: bytes count toward max_header_bytes
         self._head_bytes = 0
         self._heads = 0  # request heads completed on this connection
         self._waiting_since = 0.0  # when this connection began waiting for a request (eviction order)
-        self._timer: asyncio.TimerHandle | None = None
         self._refused = False
-        self._on_gone: Callable[[], None] | None = None  # the request's callback for a lost client
+        self._why = _NONE
+        self._deadline = self._timer_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def date(self) -> bytes:
+        return self.state.date
 
     # -- connection ----------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        limit = self.limits.max_connections
-        crowded = limit is not None and len(self.connections) >= limit and not self._evict_one()
-        super().connection_made(transport)
-        self.transport = JoiningTransport(transport, self.loop)  # type: ignore[assignment]  # a head with its body
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+        self.client, self.server = _address(transport, "peername"), _address(transport, "sockname")
+        limit = self.state.limits.max_connections
+        crowded = limit is not None and len(self.state.connections) >= limit and not self._evict_one()
+        self.state.connections.add(self)
         self._waiting_since = self.loop.time()
         if crowded:
             message = "The server is overloaded with connections; please try again later."
             self._refuse(unavailable(message, code="too_many_connections"))
             return
-        self._arm(self.limits.header_timeout, self._head_timed_out)
+        self._expect(_HEAD, self.state.limits.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
-        super().connection_lost(exc)
-        self._client_gone()
+        self.state.connections.discard(self)
+        self._why = _NONE
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for cycle in {self.answering, self.parsing, *self.queue}:
+            if cycle is not None:
+                cycle.lost()
+        self._wake_writer()
 
-    # -- the client-gone callback (the ON_GONE extension) -----------------------------------------
-    def _watch_gone(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Register ``callback`` for the current request: called once if the connection is lost or
-        refused before its response is complete. Reading resumes, as an ASGI receive() would, so a
-        client's close is seen."""
-        cycle = self.cycle
-        if cycle is None or cycle.disconnected:
-            callback()
-            return _nothing
-        self._on_gone = callback
-        self.flow.resume_reading()
+    def shutdown(self) -> None:
+        """The server is stopping: an idle connection closes now, a busy one after its answer."""
+        if self.answering is None:
+            self.transport.close()
+        else:
+            self.answering.keep_alive = False
 
-        def unregister() -> None:
-            if self._on_gone is callback:
-                self._on_gone = None
+    # -- flow control ----------------------------------------------------------------------------
+    def pause_writing(self) -> None:
+        self.write_paused = True
 
-        return unregister
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake_writer()
 
-    def _client_gone(self) -> None:
-        callback, self._on_gone = self._on_gone, None
-        if callback is not None and self.cycle is not None and not self.cycle.response_complete:
-            callback()
+    def _wake_writer(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
-    # -- body pieces written without a message (the DIRECT_BODY extension, server.direct) ----------
-    def _direct(self, scope: Any) -> tuple[Callable[[], bool], Callable[[bytes], None]] | None:
-        """(ready, write) for the response of the request whose scope is ``scope``: ``ready()`` when a
-        piece can go out now (its chunked body under way, the client reading, the connection open),
-        ``write(piece)`` frames it as uvicorn does. None while a pipelined request's cycle is current."""
-        cycle = self.cycle
-        if cycle is None or cycle.scope is not scope:
-            return None
-        flow, transport = self.flow, self.transport
+    async def drain(self) -> None:
+        if self._writable is None:
+            self._writable = self.loop.create_future()
+        await self._writable
 
-        def ready() -> bool:
-            return (
-                cycle.chunked_encoding is True
-                and not cycle.response_complete
-                and not cycle.disconnected
-                and not flow.write_paused
-                and not transport.is_closing()
-            )
+    def resume_reading(self) -> None:
+        if self.read_paused and not self._refused:
+            self.read_paused = False
+            self.transport.resume_reading()
 
-        def write(data: bytes) -> None:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-
-        return ready, write
-
-    def _evict_one(self) -> bool:
-        """Make room: close a connection that has nothing in progress, one that never completed a
-        request first (a flood of empty or dripping connects replaces itself, not the clients' pooled
-        keep-alive connections), then one answered while its client still sends a body, the
-        longest-waiting first; False when all are busy. A connection
-        whose answer is complete counts as idle even while its client is still sending the body (a
-        refused request with a large declared body would otherwise hold its slot until the body
-        timeout, without any key)."""
-        idle = [
-            c
-            for c in self.connections
-            if isinstance(c, GuardedHttpTools)
-            and not c._refused
-            and not c.transport.is_closing()
-            and (c.cycle.response_complete if c.cycle is not None else c._in_head)
-        ]
-        if not idle:
-            return False
-        # never sent a whole head; answered but still sending a body nobody reads; then idle keep-alive
-        victim = min(idle, key=lambda c: (c._heads > 0, c._in_head, c._waiting_since))
-        victim._cancel()
-        victim.transport.close()
-        return True
+    def _pause_reading(self) -> None:
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
 
     # -- reading -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # lingering after a refusal: read and dropped
+        if self._why == _IDLE:
+            self._why = _NONE
         rest = b""
+        heads = self._heads
         if self._in_head:
-            room = self.limits.max_header_bytes - self._head_bytes
+            room = self.state.limits.max_header_bytes - self._head_bytes
             if len(data) > room:  # feed the head's budget only; the rest after the head is complete
                 data, rest = data[:room], data[room:]
             self._head_bytes += len(data)
-            heads = self._heads
-            super().data_received(data)
-            if self._heads == heads:  # still inside the same head
-                if self._refused:
-                    return
-                if self._head_bytes >= self.limits.max_header_bytes:
-                    limit = self.limits.max_header_bytes
-                    message = f"The request headers are too large: the limit is {limit} bytes."
-                    self._refuse(OpenAIError(431, message, "invalid_request_error", code="headers_too_large"))
-                elif self._timer is None:
-                    # a head in pieces on a kept-alive connection: its time starts now (a head that
-                    # arrives whole, the usual case, costs no timer; a pipelined one begun behind a
-                    # complete request is bounded by uvicorn's keep-alive timeout)
-                    self._arm(self.limits.header_timeout, self._head_timed_out)
-                return
-        else:
-            super().data_received(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # an Upgrade (h2c, websocket) is not taken: the request is answered as HTTP/1.1, then closed
+            if self.parsing is not None:
+                self.parsing.keep_alive = False
+            return
+        except httptools.HttpParserCallbackError as fault:  # this module's own fault, not the client's
+            log.error("the request could not be read", exc_info=fault.__context__ or fault)
+            self._refuse(internal_error("The server had an error while reading your request."))
+            return
+        except httptools.HttpParserError as exc:
+            reason = str(exc).rstrip(".") or "Invalid HTTP request received"
+            self._refuse(bad_request(f"{reason}: the request is not valid HTTP/1.1."))
+            return
         if self._refused or self.transport.is_closing():
             return
-        if not self._in_head and self._timer is None:  # a body is on its way
-            self._arm(self.limits.body_timeout, self._body_timed_out)
+        if self._in_head and self._heads == heads:  # still inside the same head
+            if self._head_bytes >= self.state.limits.max_header_bytes:
+                limit = self.state.limits.max_header_bytes
+                message = f"The request headers are too large: the limit is {limit} bytes."
+                self._refuse(OpenAIError(431, message, "invalid_request_error", code="headers_too_large"))
+            elif self._why != _HEAD and self._head_bytes:
+                # a head in pieces on a kept-alive connection: its time starts now (a head that
+                # arrives whole, the usual case, costs no timer)
+                self._expect(_HEAD, self.state.limits.header_timeout)
+            return
         if rest:
             self.data_received(rest)
 
+    # -- httptools callbacks ---------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
     def on_headers_complete(self) -> None:
-        self._cancel()
+        self._why = _NONE
         self._in_head = False
         self._heads += 1
-        limit = self.limits.max_body_bytes
-        if limit is not None:
-            declared = next((value for name, value in self.headers if name == b"content-length"), b"0")
-            if declared.isdigit() and int(declared) > limit:  # (the parser refuses a value that is not a number)
-                self._refuse(too_large(limit))
-                return
-        super().on_headers_complete()
-        if self.cycle is not None:
-            extensions = self.cycle.scope.setdefault("extensions", {})
-            extensions[ON_GONE] = self._watch_gone  # type: ignore[assignment]
-            extensions[DIRECT_BODY] = self._direct  # type: ignore[assignment]
+        headers = self._headers
+        limit = self.state.limits.max_body_bytes
+        expect = False
+        for name, value in headers:
+            if name == b"content-length" and limit is not None:
+                if value.isdigit() and int(value) > limit:  # (the parser refuses a value that is not a number)
+                    self._refuse(too_large(limit))
+                    return
+            elif name == b"expect":
+                expect = value.lower() == b"100-continue"
+        try:
+            url: Any = httptools.parse_url(self._url)  # (its stub says bytes; a missing part is None)
+            raw_path: bytes = url.path or b"/"
+            path = raw_path.decode("ascii")
+        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+            self._refuse(bad_request(f"Invalid URL {self._url[:200].decode('latin-1')!r}."))
+            return
+        if "%" in path:
+            path = unquote(path)
+        parser = self.parser
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": parser.get_http_version(),
+            "server": self.server,
+            "client": self.client,
+            "scheme": "http",
+            "method": parser.get_method().decode("ascii"),
+            "root_path": "",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": url.query or b"",
+            "headers": headers,
+        }
+        cycle = Cycle(self, scope, parser.should_keep_alive(), expect)
+        scope["extensions"] = {ON_GONE: cycle.watch_gone, DIRECT_BODY: cycle.direct}
+        self.parsing = cycle
+        if self.answering is None:
+            self._begin(cycle)
+        else:
+            self.queue.append(cycle)
+            self._pause_reading()  # the answers go out in order: nothing more is read meanwhile
+        if parser.should_upgrade():
+            cycle.keep_alive = False
+        elif not self.transport.is_closing():
+            self._expect(_BODY, self.state.limits.body_timeout)  # cleared at the message's end
 
     def on_body(self, body: bytes) -> None:
-        if not self._refused:
-            super().on_body(body)
+        cycle = self.parsing
+        if cycle is None or self._refused or cycle.complete or cycle.disconnected:
+            return  # the body of a request already answered: read and dropped
+        if cycle.feed(body) > HIGH_WATER:
+            self._pause_reading()
 
     def on_message_complete(self) -> None:
-        self._cancel()
+        if self._why == _BODY:
+            self._why = _NONE
         self._in_head = True
         self._head_bytes = 0
-        if not self._refused:
-            super().on_message_complete()
+        cycle = self.parsing
+        if cycle is not None and not self._refused:
+            cycle.end()
 
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
+    # -- answering -------------------------------------------------------------------------------
+    def _begin(self, cycle: Cycle) -> None:
+        self.answering = cycle
+        task = self.loop.create_task(self._run(cycle))
+        self.state.tasks.add(task)
+        task.add_done_callback(self.state.tasks.discard)
+
+    async def _run(self, cycle: Cycle) -> None:
+        try:
+            await self.state.app(cycle.scope, cycle.receive, cycle.send)
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                log.error("the request %s %s failed", cycle.scope["method"], cycle.scope["path"], exc_info=exc)
+            self._unfinished(cycle)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            if not cycle.complete:
+                self._unfinished(cycle)
+
+    def _unfinished(self, cycle: Cycle) -> None:
+        """The app ended without a complete answer: a 500 if none began, else the connection is
+        dropped without the body's end (the client sees a broken answer, never a short whole one)."""
+        if cycle.complete or cycle.disconnected or self.transport.is_closing():
+            return
+        if not cycle.started:
+            error = internal_error("The server had an error while processing your request.")
+            self.transport.write(_answer(error, self.state.date))
+        self.transport.close()
+
+    def answered(self, cycle: Cycle) -> None:
+        """``cycle``'s response is complete: close, or go on with the next request."""
+        if self.answering is cycle:
+            self.answering = None
+        if not cycle.keep_alive:
+            self.transport.close()
+            return
         self._waiting_since = self.loop.time()
+        if self.queue:
+            self._begin(self.queue.popleft())
+            if not self.queue:
+                self.resume_reading()
+        elif self._in_head and not self._head_bytes:
+            self._expect(_IDLE, self.state.limits.keep_alive)
 
-    # -- deadlines -------------------------------------------------------------------------------
-    def _arm(self, delay: float, callback: Any) -> None:
-        self._cancel()
-        self._timer = self.loop.call_later(delay, callback)
+    def _evict_one(self) -> bool:
+        """Make room: close a connection that has nothing in progress, one that never completed a
+        request first (a flood of empty or dripping connects replaces itself, not the clients' pooled
+        keep-alive connections), then one answered while its client still sends a body, the
+        longest-waiting first; False when all are busy. A connection whose answer is complete counts
+        as idle even while its client is still sending the body (a refused request with a large
+        declared body would otherwise hold its slot until the body timeout, without any key)."""
+        idle = [
+            c
+            for c in self.state.connections
+            if not c._refused and not c.transport.is_closing() and c.answering is None and not c.queue
+        ]
+        if not idle:
+            return False
+        # never sent a whole head; answered but still sending a body nobody reads; then idle keep-alive
+        victim = min(idle, key=lambda c: (c._heads > 0, c._in_head, c._waiting_since))
+        victim._why = _NONE
+        victim.transport.close()
+        return True
 
-    def _cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    # -- deadlines: one timer, moved lazily ------------------------------------------------------
+    def _expect(self, why: int, seconds: float) -> None:
+        at = self.loop.time() + seconds
+        self._why, self._deadline = why, at
+        timer = self._timer
+        if timer is None or self._timer_at > at:
+            if timer is not None:
+                timer.cancel()
+            self._timer, self._timer_at = self.loop.call_at(at, self._expire), at
+        # else the timer fires early and moves itself to the deadline
 
-    def _head_timed_out(self) -> None:
+    def _expire(self) -> None:
         self._timer = None
-        if self.cycle is not None and not self.cycle.response_complete:
+        why = self._why
+        if why == _NONE:
+            return
+        if self.loop.time() < self._deadline:
+            self._timer, self._timer_at = self.loop.call_at(self._deadline, self._expire), self._deadline
+            return
+        self._why = _NONE
+        if why in (_LINGER, _IDLE):
+            self.transport.close()
+        elif why == _BODY:
+            seconds = self.state.limits.body_timeout
+            self._refuse(timeout(f"The request body did not arrive within {seconds:g} s.", 408))
+        elif self.answering is not None:
             # a pipelined head behind a response still being sent: its time starts after that response
-            self._arm(self.limits.header_timeout, self._head_timed_out)
+            self._expect(_HEAD, self.state.limits.header_timeout)
         elif self._head_bytes == 0:
             self.transport.close()  # no request begun: nothing to answer
         else:
-            seconds = self.limits.header_timeout
+            seconds = self.state.limits.header_timeout
             self._refuse(timeout(f"The request headers did not arrive within {seconds:g} s.", 408))
 
-    def _body_timed_out(self) -> None:
-        self._timer = None
-        seconds = self.limits.body_timeout
-        self._refuse(timeout(f"The request body did not arrive within {seconds:g} s.", 408))
-
     # -- refusals --------------------------------------------------------------------------------
-    def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to bytes that are not HTTP/1.1, in OpenAI's shape."""
-        self._refuse(bad_request(f"{msg.rstrip('.')}: the request is not valid HTTP/1.1."))
-
     def _refuse(self, error: OpenAIError) -> None:
         """Answer ``error`` and close; a request already in the app sees a disconnect."""
         if self._refused or self.transport.is_closing():
             return
         self._refused = True
-        self._cancel()
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True  # the app's receive() returns http.disconnect; its sends are dropped
-            cycle.message_event.set()
-            self._client_gone()
-            if cycle.response_started:  # an answer is under way: nothing can be added to it
-                self.transport.close()
-                return
-        self.logger.debug("refused a request: %d %s", error.status, error.message)
-        self.transport.write(_answer(error, self.server_state.default_headers))
+        self._why = _NONE
+        started = False
+        for cycle in (self.answering, *self.queue, self.parsing):
+            if cycle is not None and not cycle.complete and not cycle.disconnected:
+                started = started or cycle.started
+                cycle.lost()  # the app's receive() returns http.disconnect; its sends are dropped
+        if started:  # an answer is under way: nothing can be added to it
+            self.transport.close()
+            return
+        log.debug("refused a request: %d %s", error.status, error.message)
+        self.transport.write(_answer(error, self.state.date))
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self.flow.resume_reading()  # keep reading (and dropping) what the client still sends
-        self._timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        # keep reading (and dropping) what the client still sends
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+        self._expect(_LINGER, LINGER_SECONDS)
+
+
+def _address(transport: asyncio.BaseTransport, name: str) -> tuple[str, int] | None:
+    found = transport.get_extra_info(name)
+    return (str(found[0]), int(found[1])) if isinstance(found, tuple) and len(found) >= 2 else None
+
+
+def protocol_factory(state: ServerState, loop: asyncio.AbstractEventLoop) -> Callable[[], HttpConnection]:
+    return lambda: HttpConnection(state, loop)

@@ -1,5 +1,6 @@
-"""Running ASGI apps: uvicorn with uvloop and httptools (the fastest pure-Python-hosted stack), its
-connections guarded by server.http (deadlines and size bounds for requests, a connection bound)."""
+"""Running ASGI apps: the gateway's own HTTP/1.1 server (server.serving, server.http: httptools on
+uvloop, with deadlines and size bounds for requests and a connection bound), in one process or
+in workers beside a capture process."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from oaishim.server.app import Gateway
 from oaishim.server.capture_process import CaptureProcess
 from oaishim.server.cluster import Cluster
 from oaishim.server.config import Settings
-from oaishim.server.http import HttpLimits, protocol_class
+from oaishim.server.http import HttpLimits
+from oaishim.server.serving import Server
 from oaishim.server.shared_limits import SharedBuckets
 from oaishim.server.workers import Listener, Supervisor
 
@@ -33,30 +33,6 @@ def limits_for(settings: Settings) -> HttpLimits:
         max_header_bytes=settings.max_header_bytes,
         max_body_bytes=settings.max_body_bytes,
         max_connections=settings.max_connections,
-    )
-
-
-def uvicorn_config(
-    app: Any,
-    host: str,
-    port: int,
-    limits: HttpLimits,
-    *,
-    log_level: str = "info",
-    loop: str = "uvloop",
-    date_header: bool = True,
-) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop=loop,
-        http=protocol_class(limits),
-        lifespan="on",
-        log_level=log_level,
-        access_log=False,
-        server_header=False,
-        date_header=date_header,
     )
 
 
@@ -91,22 +67,20 @@ def run_asgi(
     *,
     date_header: bool = True,
     limits: HttpLimits | None = None,
-) -> None:
-    """Serve an ASGI app as the gateway is served; ``date_header=False`` adds no header of uvicorn's
-    own (the capture proxy and the mock pass the recorded headers as they were)."""
+) -> bool:
+    """Serve an ASGI app as the gateway is served, until a stop signal; whether it started (its
+    lifespan startup passed). ``date_header=False`` adds no header of the server's own (the capture
+    proxy and the mock pass the recorded headers as they were)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = uvicorn_config(
-        app, host, port, fit_connections(limits or HttpLimits()), log_level=log_level, date_header=date_header
-    )
-    uvicorn.Server(config).run()
+    return Server(app, host, port, fit_connections(limits or HttpLimits()), date_header=date_header).run()
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> int:
     """Serve until stopped; the exit status. One process unless ``--workers`` or ``--capture``
     asks for more (server.workers, server.capture_process)."""
     if settings.workers <= 1 and settings.capture_dir is None:
-        run_asgi(Gateway(settings), settings.host, settings.port, log_level, limits=limits_for(settings))
-        return 0
+        started = run_asgi(Gateway(settings), settings.host, settings.port, log_level, limits=limits_for(settings))
+        return 0 if started else 3
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limits = fit_connections(limits_for(settings))
     with tempfile.TemporaryDirectory(prefix="oaishim-") as run:  # 0700: the processes' sockets
@@ -136,10 +110,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> int:
         def worker() -> int:
             sock = listener.for_worker()
             gateway = Gateway(settings, cluster=cluster)  # here: each worker has its own upstream pool
-            config = uvicorn_config(gateway, settings.host, listener.port, limits, log_level=log_level)
-            server = uvicorn.Server(config)
-            server.run(sockets=[sock])
-            return 0 if server.started else 3
+            return 0 if Server(gateway, settings.host, listener.port, limits).run(sockets=[sock]) else 3
 
         try:
             return Supervisor(settings.workers, worker, helper=helper).run()

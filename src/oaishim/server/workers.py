@@ -8,8 +8,8 @@ accept queues, so a busy worker is not woken for every connection); elsewhere th
 from one socket the parent bound. The parent binds the address first, so a port already taken
 fails before anything is forked, and ``--port 0`` gets one port for every worker.
 
-Signals: SIGTERM or SIGINT to the parent stops every worker (each ends the requests it is serving,
-as uvicorn does), then the capture process (which writes what the workers flushed to it); a second
+Signals: SIGTERM or SIGINT to the parent stops every worker (each ends the requests it is serving:
+server.serving), then the capture process (which writes what the workers flushed to it); a second
 signal kills the workers at once. A worker that dies is restarted; one that dies within
 ``RESTART_WINDOW`` seconds of its start (it could not start: a store it cannot open, say) stops
 the whole server with exit status 1 rather than restarting in a loop. The capture process is
@@ -99,7 +99,7 @@ class Child:
             try:
                 die_with_parent(signal.SIGKILL, parent)  # a worker killed with its parent, as one process would be
                 signal.pthread_sigmask(signal.SIG_SETMASK, set())
-                # until uvicorn takes over the signals (and after, when it hands them back): a worker
+                # until the server takes over the signals: a worker
                 # that is not serving has nothing to finish
                 for sig in STOP_SIGNALS:
                     signal.signal(sig, lambda *_: os._exit(0))

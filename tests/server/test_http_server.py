@@ -1,0 +1,353 @@
+"""The gateway's own HTTP/1.1 server (server.serving, server.http, server.h1cycle), over real sockets
+with a small ASGI app: what any client may rely on from an HTTP/1.1 server (requests split
+anywhere, chunked bodies, pipelining, ``Expect: 100-continue``, HTTP/1.0, HEAD, keep-alive and its
+end, backpressure both ways), what an app gets when it breaks its framing, and a graceful stop.
+The gateway's limits (deadlines, size bounds, the connection bound) are test_client_limits.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import pytest
+from test_client_limits import official_refusal, read_answer
+
+from _threadserver import ThreadServer
+from oaishim.server.http import HttpLimits, ServerState, protocol_factory
+from oaishim.server.serving import Server
+
+
+class Echo:
+    """Answers each request with what it saw, as JSON; a few paths behave otherwise (see __call__)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.release = threading.Event()
+        self.lifespan: list[str] = []
+        self.sent_pieces = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                self.lifespan.append(message["type"])
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        path = scope["path"]
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.errors.append("disconnect")
+                return
+            body += message["body"]
+            more = message["more_body"]
+        if path == "/slow":
+            await asyncio.sleep(0.2)
+        if path == "/hold":
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+        if path == "/boom":
+            raise ValueError("the app failed")
+        if path == "/big":  # 8 MiB in 64 KiB pieces, to a client that may not read
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            for i in range(128):
+                await send({"type": "http.response.body", "body": bytes([65 + i % 26]) * 65536, "more_body": True})
+                self.sent_pieces = i + 1
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if path == "/broken":  # starts a stream, then fails
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+            raise ValueError("broke off")
+        if path in ("/long", "/short", "/split"):
+            value = b"x\r\nx-injected: 1" if path == "/split" else b"x"
+            head = [(b"content-length", b"4"), (b"x-value", value)]
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": head})
+                await send({"type": "http.response.body", "body": b"12345" if path == "/long" else b"123"})
+            except RuntimeError as exc:
+                self.errors.append(str(exc))
+                raise
+            return
+        seen = {
+            "method": scope["method"],
+            "path": path,
+            "raw_path": scope["raw_path"].decode(),
+            "query": scope["query_string"].decode(),
+            "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]],
+            "body": body.decode("latin-1"),
+            "http_version": scope["http_version"],
+        }
+        answer = json.dumps(seen).encode()
+        head = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": answer})
+
+
+@contextmanager
+def serving(app: Any, **limits: Any) -> Iterator[tuple[str, int]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadServer(Server(app, "127.0.0.1", port, HttpLimits(**limits)))
+    server.start()
+    try:
+        yield "127.0.0.1", port
+    finally:
+        server.stop()
+
+
+def connect(address: tuple[str, int]) -> socket.socket:
+    return socket.create_connection(address, timeout=5)
+
+
+def recv_all(sock: socket.socket, wait: float = 5.0) -> bytes:
+    """Everything up to the server's close."""
+    sock.settimeout(wait)
+    data = b""
+    while piece := sock.recv(65536):
+        data += piece
+    return data
+
+
+def answers(data: bytes) -> list[tuple[str, dict[str, str], bytes]]:
+    """The responses in ``data``, each sized by its content-length."""
+    found = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status, *lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        size = int(headers["content-length"])
+        found.append((status, headers, rest[:size]))
+        data = rest[size:]
+    return found
+
+
+CHAT = b"POST /v1/chat/completions?x=1&y=%41 HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+
+
+def test_requests_split_anywhere_are_read_the_same() -> None:
+    """A request fed to the connection in two pieces, cut at every byte: the app sees the same
+    request each time (and the same for a chunked body)."""
+    whole = CHAT + b'Content-Length: 11\r\n\r\n{"a": "b"}\n'
+    chunked = CHAT + b'Transfer-Encoding: chunked\r\n\r\n4\r\n{"a"\r\n7\r\n: "b"}\n\r\n0\r\n\r\n'
+
+    async def run(request: bytes) -> list[dict[str, Any]]:
+        app = Echo()
+        loop = asyncio.get_running_loop()
+        seen = []
+        for cut in range(1, len(request)):
+            ours, theirs = socket.socketpair()
+            with ours, theirs:
+                theirs.setblocking(False)
+                _, conn = await loop.connect_accepted_socket(
+                    protocol_factory(ServerState(app, HttpLimits()), loop), ours
+                )
+                conn.data_received(request[:cut])
+                conn.data_received(request[cut:])
+                data = b""
+                while b"}" not in data:
+                    await asyncio.sleep(0.001)
+                    with suppress(BlockingIOError):
+                        data += theirs.recv(65536)
+                answer = json.loads(data.partition(b"\r\n\r\n")[2])
+                answer["headers"] = [
+                    h for h in answer["headers"] if h[0] not in ("content-length", "transfer-encoding")
+                ]
+                seen.append(answer)
+                conn.transport.close()
+        return seen
+
+    for request in (whole, chunked):
+        seen = asyncio.run(run(request))
+        assert len(seen) == len(request) - 1
+        first = seen[0]
+        assert first["method"] == "POST" and first["raw_path"] == "/v1/chat/completions"
+        assert first["query"] == "x=1&y=%41" and first["body"] == '{"a": "b"}\n'
+        assert first["headers"] == [["host", "a"], ["content-type", "application/json"]]  # names lower-case
+        assert all(s == first for s in seen), [i for i, s in enumerate(seen) if s != first][:5]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_pipelined_requests_are_answered_in_order(loop: str) -> None:
+    app = Echo()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadServer(Server(app, "127.0.0.1", port), loop=loop)
+    server.start()
+    try:
+        with connect(("127.0.0.1", port)) as sock:
+            requests = [b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n", b"GET /second HTTP/1.1\r\nHost: a\r\n\r\n"]
+            requests.append(b"POST /third HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
+            sock.sendall(b"".join(requests))  # all three in one write, before any answer
+            got = answers(recv_all(sock))
+    finally:
+        server.stop()
+    assert [json.loads(body)["path"] for _, _, body in got] == ["/slow", "/second", "/third"]
+    assert json.loads(got[2][2])["body"] == "abc"
+    assert got[2][1]["connection"] == "close" and "connection" not in got[0][1]
+
+
+def test_expect_100_continue_is_answered_before_the_body() -> None:
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(CHAT + b"Content-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        sock.settimeout(2)
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(b"hello")
+        status, _, body = read_answer(sock)
+    assert status == 200 and json.loads(body)["body"] == "hello"
+
+
+def test_http_1_0_gets_its_answer_and_the_connection_closed() -> None:
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /old HTTP/1.0\r\n\r\n")
+        data = recv_all(sock)  # returns: the server closed
+    ((status, headers, body),) = answers(data)
+    assert status.startswith("HTTP/1.1 200") and headers["connection"] == "close"
+    assert json.loads(body)["http_version"] == "1.0"
+
+
+def test_head_gets_the_length_and_no_body() -> None:
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\nGET /after HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        data = recv_all(sock)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert int(dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])["content-length"]) > 0
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n")  # no body between: the next answer follows at once
+    assert json.loads(answers(rest)[0][2])["path"] == "/after"
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_its_time() -> None:
+    with serving(Echo(), keep_alive=0.4) as address, connect(address) as sock:
+        for _ in range(3):  # in use: kept open past the idle time
+            sock.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert read_answer(sock)[0] == 200
+            time.sleep(0.25)
+        started = time.monotonic()
+        assert recv_all(sock, wait=3) == b""
+        assert 0.1 < time.monotonic() - started < 1.5
+
+
+def test_an_app_that_fails_before_answering_gets_an_official_500() -> None:
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /boom HTTP/1.1\r\nHost: a\r\n\r\n")
+        error = official_refusal(read_answer(sock), 500)
+    assert error["type"] == "server_error"
+
+
+def test_an_answer_that_breaks_off_is_not_ended() -> None:
+    """The client sees a broken chunked body (no last chunk), never a short one that looks whole."""
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /broken HTTP/1.1\r\nHost: a\r\n\r\n")
+        data = recv_all(sock)
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in data
+    assert data.endswith(b"4\r\npart\r\n")  # and then the close: no 0\r\n\r\n
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("/long", "Response content longer than Content-Length"),
+        ("/short", "Response content shorter than Content-Length"),
+        ("/split", "a line end in a name or a value"),
+    ],
+)
+def test_an_answer_that_breaks_its_framing_raises_in_the_app(path: str, error: str) -> None:
+    app = Echo()
+    with serving(app) as address, connect(address) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        data = recv_all(sock)
+    assert len(app.errors) == 1 and error in app.errors[0]
+    assert b"x-injected" not in data
+    if path == "/split":  # nothing was sent before the refusal: the client gets the 500
+        assert data.startswith(b"HTTP/1.1 500 ")
+
+
+def test_a_slow_reader_holds_the_app_back_and_loses_nothing() -> None:
+    app = Echo()
+    with serving(app) as address, connect(address) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        time.sleep(0.5)
+        assert 0 < app.sent_pieces < 128  # the app waits for the client, it does not buffer 8 MiB
+        data = recv_all(sock, wait=10)
+    body = data.partition(b"\r\n\r\n")[2]
+    pieces, rest = [], body
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size, 16)
+        pieces.append(rest[:n])
+        rest = rest[n + 2 :]
+    assert pieces[-1] == b"" and len(pieces) == 129
+    assert all(p == bytes([65 + i % 26]) * 65536 for i, p in enumerate(pieces[:-1]))
+
+
+def test_a_large_request_body_arrives_whole() -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB, more than the connection holds before it pauses
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        status, _, answer = read_answer(sock, wait=10)
+    assert status == 200 and json.loads(answer)["body"].encode("latin-1") == body
+
+
+def test_a_client_that_leaves_is_seen_by_the_app() -> None:
+    app = Echo()
+    with serving(app) as address:
+        with connect(address) as sock:
+            sock.sendall(CHAT + b"Content-Length: 100\r\n\r\n{")
+            time.sleep(0.1)
+        deadline = time.monotonic() + 3
+        while not app.errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert app.errors == ["disconnect"]
+
+
+def test_a_stop_finishes_the_answers_under_way_then_the_lifespan() -> None:
+    app = Echo()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadServer(Server(app, "127.0.0.1", port))
+    server.start()
+    assert app.lifespan == ["lifespan.startup"]
+    with connect(("127.0.0.1", port)) as busy, connect(("127.0.0.1", port)) as idle:
+        busy.sendall(b"GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.1)
+        stopping = threading.Thread(target=server.stop)
+        stopping.start()
+        assert recv_all(idle, wait=2) == b""  # an idle connection is closed at once
+        time.sleep(0.1)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()  # no longer listening
+        assert app.lifespan == ["lifespan.startup"]  # not before the answer under way
+        app.release.set()
+        ((status, headers, body),) = answers(recv_all(busy))
+        stopping.join(5)
+    assert status.startswith("HTTP/1.1 200") and headers["connection"] == "close"
+    assert json.loads(body)["path"] == "/hold"
+    assert app.lifespan == ["lifespan.startup", "lifespan.shutdown"]
+
+
+def test_an_app_whose_startup_fails_is_not_served() -> None:
+    async def failing(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        assert scope["type"] == "lifespan"
+        await receive()
+        await send({"type": "lifespan.startup.failed", "message": "no store"})
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Server(failing, "127.0.0.1", port)
+    assert server.run(loop="asyncio") is False
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
