@@ -13,15 +13,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 TextKind = Literal["content", "reasoning"]
+# The pieces are not frozen dataclasses (nothing changes one): mypyc builds a frozen dataclass as a
+# Python class, whose construction costs several times a native one's, and a stream makes many.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Text:
     kind: TextKind
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallStart:
     """A tool call begins: its 0-based index within the choice, its ``call_…`` id and its name."""
 
@@ -30,7 +32,7 @@ class CallStart:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallArgs:
     """A piece of a tool call's JSON arguments text."""
 

@@ -22,7 +22,7 @@ from oaishim.transform.stops import StopMatcher
 from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent)
 class RepairPlan:
     """What to repair, decided once per request from the profile, the settings and the request."""
 

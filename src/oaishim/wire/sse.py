@@ -59,7 +59,7 @@ class EventTooLarge(ValueError):
         self.limit = limit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: mypyc builds a frozen dataclass as a Python class (0.5 µs, not 0.17)
 class SSEEvent:
     """One dispatched event.
 

@@ -39,7 +39,7 @@ from oaishim.profiles._base import Profile
 __all__ = ["ToolPlan", "forced_name", "guided_body", "plan_tools", "satisfied"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent)
 class ToolPlan:
     """``check``: None when the backend enforces the choice; ``""``: the answer needs some call;
     a name: it needs a call of that function. ``parallel``: the client allows several calls.
