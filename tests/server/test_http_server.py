@@ -217,6 +217,15 @@ def test_http_1_0_gets_its_answer_and_the_connection_closed() -> None:
     assert json.loads(body)["http_version"] == "1.0"
 
 
+def test_an_upgrade_is_answered_as_http_1_1_and_the_connection_closed() -> None:
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /up HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\nPRI * HTTP/2.0\r\n")
+        data = recv_all(sock)
+    ((status, headers, body),) = answers(data)
+    assert status.startswith("HTTP/1.1 200") and headers["connection"] == "close"
+    assert json.loads(body)["path"] == "/up"
+
+
 def test_head_gets_the_length_and_no_body() -> None:
     with serving(Echo()) as address, connect(address) as sock:
         sock.sendall(b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\nGET /after HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")

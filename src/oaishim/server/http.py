@@ -205,9 +205,13 @@ class HttpConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            # an Upgrade (h2c, websocket) is not taken: the request is answered as HTTP/1.1, then closed
-            if self.parsing is not None:
-                self.parsing.keep_alive = False
+            # an Upgrade (h2c, websocket) is not taken: the request is answered as HTTP/1.1, then
+            # closed; what follows its head is another protocol's, never read as its body
+            cycle = self.parsing
+            if cycle is not None and cycle.more_body:
+                cycle.end()
+            self._why = _NONE
+            self._pause_reading()
             return
         except httptools.HttpParserCallbackError as fault:  # this module's own fault, not the client's
             log.error("the request could not be read", exc_info=fault.__context__ or fault)
