@@ -137,19 +137,22 @@ class Scrubbing:
     (``transform.secrets``). :meth:`body` is that masking alone, for a body piece written to the client without a
     message (``server.direct``)."""
 
-    __slots__ = ("_held", "_needles", "_send", "_tail")
+    __slots__ = ("_held", "_line_ends", "_needles", "_send", "_tail")
 
     def __init__(self, send: Send, needles: tuple[bytes, ...]) -> None:
         self._send, self._needles = send, needles
         self._held: Message | None = None
         self._tail = b""
+        # no secret holds a line end (keys never do): a piece that ends with one has no tail to
+        # hold, and an SSE event always ends with one (no search for a tail on each chunk)
+        self._line_ends = all(n.find(b"\n") == -1 for n in needles)
 
     def body(self, body: bytes, more: bool) -> bytes:
         """``body`` masked, less a tail that may still grow into a secret (held for the next piece),
         plus the tail held from the last; the very same object when nothing changed."""
         tail, needles = self._tail, self._needles
         data = tail + body if tail else body
-        keep = _partial_tail(data, needles) if more else 0
+        keep = _partial_tail(data, needles) if more and not (self._line_ends and data.endswith(b"\n")) else 0
         self._tail = data[len(data) - keep :] if keep else b""
         return scrub_bytes(data[: len(data) - keep] if keep else data, needles)
 
