@@ -47,14 +47,26 @@ LEFT_OUT = ("wire/errors.py",)
 # from: the HTTP server's connection and request cycle (server.http, server.h1cycle: -42k a plain
 # request against them as Python), the upstream client and its pool, the exchange's records, the
 # ASGI helpers, metrics, the access log, the key check and the masking of secrets (-90k
-# instructions a plain request, on top of the core's -130k). The request's coroutines (app, dispatch, relay,
-# direct) stay Python: compiled with them, the gateway crashed at start-up (a segfault, mypyc 2.4),
-# and seam's wrappers are subclassed by Python classes, which compiled classes do not allow.
+# instructions a plain request, on top of the core's -130k), and the stream's direct path
+# (server.direct: -2.7k a chunk). The request's coroutines (app, dispatch, relay) stay Python:
+# compiled with them, the gateway crashed at start-up (a segfault, mypyc 2.4), and seam's wrappers
+# are subclassed by Python classes, which compiled classes do not allow.
 HOT = (
     "capture/redact.py",
     *(
         f"server/{name}.py"
-        for name in ("access", "asgi", "auth", "exchange", "h1client", "h1cycle", "http", "metrics", "upstream")
+        for name in (
+            "access",
+            "asgi",
+            "auth",
+            "direct",
+            "exchange",
+            "h1client",
+            "h1cycle",
+            "http",
+            "metrics",
+            "upstream",
+        )
     ),
 )
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"

@@ -66,21 +66,27 @@ def paced(body: bytes, delay: float) -> Canned:
 
 
 class Counted:
-    """What the sink did: pieces taken, pieces left to the ordinary path."""
+    """What the sinks the relay built did: pieces taken, pieces left to the ordinary path (each sink
+    counts its own; the relay's module is Python, so the class it builds from can be swapped)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.taken = self.declined = 0
-        original = direct.Sink.__call__
+        self.sinks: list[direct.Sink] = []
+        build = direct.Sink
 
-        def counting(sink: direct.Sink, piece: bytes) -> bool:
-            took = original(sink, piece)
-            if took:
-                self.taken += 1
-            else:
-                self.declined += 1
-            return took
+        def recorded(*args: Any) -> direct.Sink:
+            sink = build(*args)
+            self.sinks.append(sink)
+            return sink
 
-        monkeypatch.setattr(direct.Sink, "__call__", counting)
+        monkeypatch.setattr(direct, "Sink", recorded)
+
+    @property
+    def taken(self) -> int:
+        return sum(s.taken for s in self.sinks)
+
+    @property
+    def declined(self) -> int:
+        return sum(s.declined for s in self.sinks)
 
 
 @pytest.fixture(scope="module")

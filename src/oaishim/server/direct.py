@@ -71,17 +71,20 @@ def writer_for(ex: Exchange | None) -> Writer | None:
 class Sink:
     """Feeds the pipe in the upstream's read callback while the relay waits (see the module)."""
 
-    __slots__ = ("failure", "pipe", "response", "spent", "writer")
+    __slots__ = ("declined", "failure", "pipe", "response", "spent", "taken", "writer")
 
     def __init__(self, pipe: StreamPipe, writer: Writer, response: Attachable) -> None:
         self.pipe, self.writer, self.response = pipe, writer, response
         self.spent = 0.0  # the pipe's own time, as the relay counts it
         self.failure: Exception | None = None  # what failed here; the relay raises it once woken
+        self.taken = self.declined = 0  # pieces taken here, and left to the ordinary path
 
     def __call__(self, piece: bytes) -> bool:
         """Take ``piece`` now (True), or leave it to the ordinary path (False: the client is slow)."""
         if not self.writer.ready():
+            self.declined += 1
             return False
+        self.taken += 1
         try:
             began = time.perf_counter()
             out = self.pipe.feed(piece)
