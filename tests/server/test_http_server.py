@@ -19,7 +19,7 @@ import pytest
 from test_client_limits import official_refusal, read_answer
 
 from _threadserver import ThreadServer
-from oaishim.server.http import HttpLimits, ServerState, protocol_factory
+from oaishim.server.http import LINGER_SECONDS, PIPELINE_MAX, HttpLimits, ServerState, protocol_factory
 from oaishim.server.serving import Server
 
 
@@ -31,6 +31,7 @@ class Echo:
         self.release = threading.Event()
         self.lifespan: list[str] = []
         self.sent_pieces = 0
+        self.paths: list[str] = []  # the requests the app was given
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -41,6 +42,12 @@ class Echo:
                 if message["type"] == "lifespan.shutdown":
                     return
         path = scope["path"]
+        self.paths.append(path)
+        if path == "/early":  # answers at once, without reading the body (as a refused key is)
+            head = [(b"content-type", b"text/plain"), (b"content-length", b"2")]
+            await send({"type": "http.response.start", "status": 200, "headers": head})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
         body = b""
         more = True
         while more:
@@ -362,3 +369,59 @@ def test_an_app_whose_startup_fails_is_not_served() -> None:
     assert server.run(loop="asyncio") is False
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_a_refusal_made_while_parsing_ends_the_connection_after_its_linger() -> None:
+    """A CONNECT's target is no URL: a 400; what follows in the same read is never begun, and the
+    server lets go of the connection once the refusal has lingered, even for a client that says
+    nothing more (its socket closed, not only its sending ended)."""
+    app = Echo()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Server(app, "127.0.0.1", port)
+    running = ThreadServer(server)
+    running.start()
+    try:
+        with connect(("127.0.0.1", port)) as sock:
+            started = time.monotonic()
+            sock.sendall(b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\nPOST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\n")
+            error = official_refusal(read_answer(sock), 400)
+            while server.state.connections:
+                assert time.monotonic() - started < LINGER_SECONDS + 2, "the refused connection was kept"
+                time.sleep(0.05)
+    finally:
+        running.stop()
+    assert error["type"] == "invalid_request_error" and app.paths == []
+
+
+def test_after_an_early_answer_the_rest_of_the_body_and_the_next_request_are_read() -> None:
+    """An answer given before the body was read (a refused key): the body's rest is read and
+    dropped, and the kept-alive connection serves the next request."""
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"POST /early HTTP/1.1\r\nHost: a\r\nContent-Length: 400000\r\n\r\n" + b"x" * 200000)
+        assert read_answer(sock)[0] == 200
+        sock.sendall(b"x" * 200000 + b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+        status, _, body = read_answer(sock)
+    assert status == 200 and json.loads(body)["path"] == "/next"
+
+
+def test_a_connection_idle_after_an_early_answer_still_closes() -> None:
+    with serving(Echo(), keep_alive=0.4) as address, connect(address) as sock:
+        sock.sendall(b"POST /early HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n12345")
+        assert read_answer(sock)[0] == 200
+        sock.sendall(b"67890")  # the body ends after its answer
+        started = time.monotonic()
+        assert recv_all(sock, wait=3) == b""
+        assert time.monotonic() - started < 1.5
+
+
+def test_a_connection_holds_a_bounded_pipeline() -> None:
+    """Thousands of small requests in one read: the connection answers the one under way and the
+    queue behind it, the last with connection: close; the rest are never begun."""
+    app = Echo()
+    with serving(app) as address, connect(address) as sock:
+        sock.sendall(b"GET /p HTTP/1.1\r\nHost: a\r\n\r\n" * 5000)
+        got = answers(recv_all(sock, wait=10))
+    assert len(got) == 1 + PIPELINE_MAX == len(app.paths)
+    assert got[-1][1]["connection"] == "close" and all("connection" not in h for _, h, _ in got[:-1])

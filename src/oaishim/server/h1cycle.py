@@ -133,7 +133,8 @@ class Cycle:
         conn = self.conn
         if self.expect_100:
             self.expect_100 = False
-            if self.more_body and not self.body and not conn.transport.is_closing():
+            waiting = self.more_body and not self.body and not (self.started or self.disconnected)
+            if waiting and not conn.transport.is_closing():
                 conn.transport.write(_CONTINUE)
         if not self.ready and not self.disconnected and not self.complete:
             conn.resume_reading()

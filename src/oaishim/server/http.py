@@ -43,6 +43,7 @@ from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeou
 
 log = logging.getLogger("oaishim.http")
 LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
+PIPELINE_MAX = 16  # requests a connection holds behind the one being answered; past it, the last closes it
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 # what the shared timer is waiting for
 _NONE, _HEAD, _BODY, _IDLE, _LINGER = range(5)
@@ -84,6 +85,7 @@ class HttpConnection(asyncio.Protocol):
         "_heads",
         "_in_head",
         "_refused",
+        "_stopped",
         "_timer",
         "_timer_at",
         "_url",
@@ -121,6 +123,7 @@ class HttpConnection(asyncio.Protocol):
         self._heads = 0  # request heads completed on this connection
         self._waiting_since = 0.0  # when this connection began waiting for a request (eviction order)
         self._refused = False
+        self._stopped = False  # the pipeline is full: nothing more is parsed, the last queued request closes
         self._why = _NONE
         self._deadline = self._timer_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -177,7 +180,7 @@ class HttpConnection(asyncio.Protocol):
     async def drain(self) -> None:
         if self._writable is None:
             self._writable = self.loop.create_future()
-        await self._writable
+        await asyncio.shield(self._writable)  # (one waiter cancelled leaves the others theirs)
 
     def resume_reading(self) -> None:
         if self.read_paused and not self._refused:
@@ -191,8 +194,8 @@ class HttpConnection(asyncio.Protocol):
 
     # -- reading -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # lingering after a refusal: read and dropped
+        if self._refused or self._stopped:
+            return  # lingering after a refusal (or past a full pipeline): read and dropped
         if self._why == _IDLE:
             self._why = _NONE
         rest = b""
@@ -207,6 +210,8 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             # an Upgrade (h2c, websocket) is not taken: the request is answered as HTTP/1.1, then
             # closed; what follows its head is another protocol's, never read as its body
+            if self._refused:
+                return
             cycle = self.parsing
             if cycle is not None and cycle.more_body:
                 cycle.end()
@@ -237,17 +242,23 @@ class HttpConnection(asyncio.Protocol):
             self.data_received(rest)
 
     # -- httptools callbacks ---------------------------------------------------------------------
+    # After a refusal (or a full pipeline) made inside a callback, the parser still goes on with the
+    # rest of the buffer: each callback then does nothing.
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = []
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
+        if not self._refused:
+            self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        if not self._refused:
+            self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        if self._refused or self._stopped:
+            return
         self._why = _NONE
         self._in_head = False
         self._heads += 1
@@ -293,6 +304,9 @@ class HttpConnection(asyncio.Protocol):
         else:
             self.queue.append(cycle)
             self._pause_reading()  # the answers go out in order: nothing more is read meanwhile
+            if len(self.queue) >= PIPELINE_MAX:  # (a read can hold thousands of small requests)
+                cycle.keep_alive = False
+                self._stopped = True
         if parser.should_upgrade():
             cycle.keep_alive = False
         elif not self.transport.is_closing():
@@ -306,13 +320,17 @@ class HttpConnection(asyncio.Protocol):
             self._pause_reading()
 
     def on_message_complete(self) -> None:
+        if self._refused:
+            return
         if self._why == _BODY:
             self._why = _NONE
         self._in_head = True
         self._head_bytes = 0
         cycle = self.parsing
-        if cycle is not None and not self._refused:
+        if cycle is not None:
             cycle.end()
+            if self.answering is None and not self.queue and not self._stopped:
+                self._expect(_IDLE, self.state.limits.keep_alive)  # answered before its body's end
 
     # -- answering -------------------------------------------------------------------------------
     def _begin(self, cycle: Cycle) -> None:
@@ -349,14 +367,19 @@ class HttpConnection(asyncio.Protocol):
         if self.answering is cycle:
             self.answering = None
         if not cycle.keep_alive:
-            self.transport.close()
+            if self._stopped:
+                self._linger()  # the requests past the full pipeline are unread: no reset before the answers
+            else:
+                self.transport.close()
             return
         self._waiting_since = self.loop.time()
         if self.queue:
             self._begin(self.queue.popleft())
             if not self.queue:
                 self.resume_reading()
-        elif self._in_head and not self._head_bytes:
+            return
+        self.resume_reading()  # a body the app did not read (an early refusal) is read and dropped
+        if self._in_head and not self._head_bytes:
             self._expect(_IDLE, self.state.limits.keep_alive)
 
     def _evict_one(self) -> bool:
@@ -376,7 +399,7 @@ class HttpConnection(asyncio.Protocol):
         # never sent a whole head; answered but still sending a body nobody reads; then idle keep-alive
         victim = min(idle, key=lambda c: (c._heads > 0, c._in_head, c._waiting_since))
         victim._why = _NONE
-        victim.transport.close()
+        victim.transport.abort()  # (close() would wait for a client that does not read)
         return True
 
     # -- deadlines: one timer, moved lazily ------------------------------------------------------
@@ -399,8 +422,12 @@ class HttpConnection(asyncio.Protocol):
             self._timer, self._timer_at = self.loop.call_at(self._deadline, self._expire), self._deadline
             return
         self._why = _NONE
-        if why in (_LINGER, _IDLE):
+        if why == _LINGER:
+            self.transport.abort()  # the answer had its time; a client that does not read holds nothing
+        elif why == _IDLE:
             self.transport.close()
+        elif why == _BODY and self.parsing is not None and self.parsing.complete:
+            self.transport.close()  # its answer went out already (an early refusal): nothing more to say
         elif why == _BODY:
             seconds = self.state.limits.body_timeout
             self._refuse(timeout(f"The request body did not arrive within {seconds:g} s.", 408))
@@ -430,9 +457,13 @@ class HttpConnection(asyncio.Protocol):
             return
         log.debug("refused a request: %d %s", error.status, error.message)
         self.transport.write(_answer(error, self.state.date))
+        self._linger()
+
+    def _linger(self) -> None:
+        """End the connection's sending, read (and drop) what the client still sends for a while,
+        then close: a close with unread bytes makes the kernel send RST, which drops the answer."""
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        # keep reading (and dropping) what the client still sends
         if self.read_paused:
             self.read_paused = False
             self.transport.resume_reading()

@@ -115,10 +115,15 @@ class Server:
             if not await lifespan.startup():
                 return
             factory = protocol_factory(self.state, loop)
-            if sockets:
-                listening = [await loop.create_server(factory, sock=s, backlog=BACKLOG) for s in sockets]
-            else:
-                listening = [await loop.create_server(factory, self.host, self.port, backlog=BACKLOG)]
+            try:
+                if sockets:
+                    listening = [await loop.create_server(factory, sock=s, backlog=BACKLOG) for s in sockets]
+                else:
+                    listening = [await loop.create_server(factory, self.host, self.port, backlog=BACKLOG)]
+            except OSError as exc:
+                log.error("cannot listen on %s:%d: %s", self.host, self.port, exc.strerror or exc)
+                await lifespan.shutdown()
+                return
             self.started = True
             bound = [s.getsockname() for server in listening for s in server.sockets]
             log.info("serving on %s", ", ".join(f"http://{a[0]}:{a[1]}" for a in bound))
@@ -168,7 +173,7 @@ class Server:
         for task in list(self.state.tasks):
             task.cancel()
         for conn in list(self.state.connections):
-            conn.transport.close()
+            conn.transport.abort()
 
     def _tick(self) -> None:
         """The ``date`` header for the coming second, and the next tick."""
