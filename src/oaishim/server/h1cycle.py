@@ -62,6 +62,11 @@ def _nothing() -> None:
     return None
 
 
+def _chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body (``data`` not empty: an empty one ends the body)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 class Cycle:
     """One request's ASGI ``receive``/``send`` over the connection that parsed it."""
 
@@ -205,15 +210,22 @@ class Cycle:
             self.conn.loop.call_soon(self._flush_head)
 
     def _flush_head(self) -> None:
+        if self._head is not None and not self.disconnected and not self.conn.transport.is_closing():
+            self._write(b"")
+        self._head = None
+
+    def _write(self, data: bytes) -> None:
+        """``data`` to the client, after the head when it is still held (one write for both)."""
         head = self._head
         if head is not None:
             self._head = None
-            if not self.disconnected and not self.conn.transport.is_closing():
-                self.conn.transport.write(head)
+            data = head + data
+        if data:
+            self.conn.transport.write(data)
 
     def _body(self, body: bytes, more: bool) -> None:
         if self.chunked:
-            data = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+            data = _chunk(body) if body else b""
             if not more:
                 data += _END
         elif self._left < 0:
@@ -225,12 +237,7 @@ class Cycle:
             if not more and self._left:
                 raise RuntimeError("Response content shorter than Content-Length")
             data = body
-        head = self._head
-        if head is not None:
-            self._head = None
-            data = head + data
-        if data:
-            self.conn.transport.write(data)
+        self._write(data)
         if not more:
             self.complete = True
             self.on_gone = None
@@ -272,11 +279,5 @@ class Cycle:
         )
 
     def write_chunk(self, data: bytes) -> None:
-        if not data:  # an empty chunk would end the body
-            return
-        head = self._head
-        framed = b"%x\r\n%b\r\n" % (len(data), data)
-        if head is not None:
-            self._head = None
-            framed = head + framed
-        self.conn.transport.write(framed)
+        if data:  # (an empty chunk would end the body)
+            self._write(_chunk(data))

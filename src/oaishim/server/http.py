@@ -375,12 +375,11 @@ class HttpConnection(asyncio.Protocol):
         self._waiting_since = self.loop.time()
         if self.queue:
             self._begin(self.queue.popleft())
-            if not self.queue:
-                self.resume_reading()
-            return
-        self.resume_reading()  # a body the app did not read (an early refusal) is read and dropped
-        if self._in_head and not self._head_bytes:
-            self._expect(_IDLE, self.state.limits.keep_alive)
+        if not self.queue:
+            # read on: the pipelined requests, or a body the app did not read (an early refusal, dropped)
+            self.resume_reading()
+            if self.answering is None and self._in_head and not self._head_bytes:
+                self._expect(_IDLE, self.state.limits.keep_alive)
 
     def _evict_one(self) -> bool:
         """Make room: close a connection that has nothing in progress, one that never completed a

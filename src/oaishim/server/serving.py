@@ -91,12 +91,10 @@ class Server:
         self, app: Any, host: str, port: int, limits: HttpLimits | None = None, *, date_header: bool = True
     ) -> None:
         self.app, self.host, self.port = app, host, port
-        self.limits = limits or HttpLimits()
         self.date_header = date_header
         self.started = False
         self.should_exit = self.force_exit = False
-        self.grace: float | None = None  # seconds a stop waits for the answers under way (None: as long as they take)
-        self.state = ServerState(app, self.limits)
+        self.state = ServerState(app, limits or HttpLimits())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
 
@@ -187,11 +185,8 @@ class Server:
             server.close()
         for conn in list(self.state.connections):
             conn.shutdown()
-        deadline = None if self.grace is None else time.monotonic() + self.grace
-        while self.state.connections or self.state.tasks:
-            if self.force_exit or (deadline is not None and time.monotonic() > deadline):
-                self._cancel_all()
-                break
+        # as long as the answers under way take (a second signal cancels them: _forced)
+        while (self.state.connections or self.state.tasks) and not self.force_exit:
             await asyncio.sleep(0.005)
         for server in listening:
             with contextlib.suppress(Exception):
