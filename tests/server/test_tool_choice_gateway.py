@@ -196,6 +196,32 @@ def test_llamacpp_unparsed_call_in_a_stream_under_auto_ends_as_the_answer_on_cha
     assert (usage["input_tokens"], usage["output_tokens"]) == (last["cache_n"] + last["prompt_n"], last["predicted_n"])
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_llamacpp_unparsed_call_in_a_forced_stream_is_asked_again_with_json_schema(choice: Any) -> None:
+    """Forced and streamed, the refused parse is the recorded stream's error event after the text
+    (L-31 as L-32 streams it; seen live under a named choice through LiteLLM): held, none of it
+    reaches the client; it is an answer without the call, asked once more with the guided try."""
+    app, fake = gateway("llamacpp@b9174", sse_answer(UNPARSED_STREAM), llamacpp_json(True))
+    reply = post(app, {**ASK, "tool_choice": choice, "stream": True})
+    assert reply.status == 200 and len(fake.seen) == 2, reply.body
+    assert b"error" not in reply.body and reply.body.endswith(b"data: [DONE]\n\n")
+    chunks = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
+    message = accumulate_chat(chunks)["choices"][0]["message"]
+    (call,) = message["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("get_weather", {"city": "Paris"})
+    assert not message.get("content")  # nothing of the first answer
+    assert json.loads(fake.seen[1].body)["tool_choice"] == "none"
+    assert repaired(app, "tool_choice_retried") == 1
+
+
+def test_another_error_in_a_forced_stream_reaches_the_client_unretried() -> None:
+    other = UNPARSED_STREAM.replace(b"does not match the expected", b"ran out of slots for")
+    app, fake = gateway("llamacpp@b9174", sse_answer(other), llamacpp_json(True))
+    reply = post(app, {**ASK, "tool_choice": "required", "stream": True})
+    assert reply.status == 200 and len(fake.seen) == 1
+    assert b"ran out of slots for" in reply.body and not reply.body.endswith(b"data: [DONE]\n\n")
+
+
 def test_llamacpp_completed_grammar_500_under_auto_is_asked_again_with_none() -> None:
     """L-33, plain: the error event of the recorded stream is the whole 500 body (seen live on the
     Agents SDK's turn after its tool call): asked once more with "none", never a 500 to the client."""

@@ -297,6 +297,31 @@ def test_stream_verdict_comes_as_soon_as_the_call_begins_at_every_split_point() 
     assert watch.end() == "unmet"  # decided when the body ends
 
 
+UNPARSED = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "llamacpp-server"
+    / "ls.chat_tools_auto_unparsed_stream.body"
+).read_bytes()  # fmt: skip
+
+
+@pytest.mark.parametrize("phrase", [get_profile("llamacpp").tool_choice.unparsed, None, "another phrase"])
+def test_stream_ending_in_the_backends_refused_parse_is_unmet_at_every_split_point(phrase: str | None) -> None:
+    """The recorded L-32 stream (text, then the error event of a call that did not parse): with the
+    profile's phrase it is an answer without the call; with none, or another, the client's error."""
+    want = "unmet" if phrase == get_profile("llamacpp").tool_choice.unparsed else "pass"
+    error_at = UNPARSED.index(b'data: {"error"')
+    for pieces in every_split(UNPARSED):
+        ctx = ResponseContext(model="m", tool_mode="named")
+        watch = ChoiceWatch("get_weather", ctx, sse=True, max_event=1 << 20, unparsed=phrase)
+        fed, verdict = 0, None
+        for piece in pieces:
+            verdict = watch.feed(piece)
+            fed += len(piece)
+            if verdict is not None:
+                break
+        assert fed > error_at, pieces  # not decided before the error
+        assert (verdict or watch.end()) == want, pieces
+
+
 # -- a named choice the backend did not enforce: only calls of that function reach the client ---------
 
 # Another function first, then the named one; each shape the backends stream calls in

@@ -7,8 +7,8 @@ then what was held and the rest flow on as they come. An answer
 without the call is closed and the request sent once more; a second one without it becomes the
 OpenAI-shaped error of ``choice_watch.unmet``. Errors and answers the gateway cannot read are not
 judged here: they go to the client as any other, except the backend's own 500 for a call the model
-began that did not parse (a profile's ``unparsed`` phrase, llama.cpp L-31): that is an answer without
-the call.
+began that did not parse (a profile's ``unparsed`` phrase, llama.cpp L-31; on a stream, the error
+event that stands in its finish): that is an answer without the call.
 """
 
 from __future__ import annotations
@@ -44,7 +44,13 @@ class Replayed(ResponseWrapper):
 
 
 async def _judge(
-    response: UpstreamResponse, check: str, ctx: ResponseContext, stream: bool, limit: int, arguments: ArgumentCheck
+    response: UpstreamResponse,
+    check: str,
+    ctx: ResponseContext,
+    stream: bool,
+    limit: int,
+    arguments: ArgumentCheck,
+    unparsed: str | None,
 ) -> tuple[Verdict, Replayed]:
     if not stream:
         held, whole = await _read_held(response, limit)
@@ -53,7 +59,7 @@ async def _judge(
         return plain_verdict(check, response.status, b"".join(held), ctx, arguments), Replayed(response, held, None)
     held = []
     sse = response.content_type == "text/event-stream"
-    watch = ChoiceWatch(check, ctx, sse=sse, max_event=limit, arguments=arguments)
+    watch = ChoiceWatch(check, ctx, sse=sse, max_event=limit, arguments=arguments, unparsed=unparsed)
     rest = response.pieces().__aiter__()
     size = 0
     async for piece in rest:
@@ -110,7 +116,7 @@ async def enforce(
             if response.status >= 400:
                 verdict, replayed = await _unparsed(response, unparsed or "", limit)
             else:
-                verdict, replayed = await _judge(response, check, ctx, stream, limit, arguments)
+                verdict, replayed = await _judge(response, check, ctx, stream, limit, arguments, unparsed)
         except BaseException:
             response.close()
             raise

@@ -92,11 +92,28 @@ class ChoiceWatch:
     """A stream's verdict, piece by piece: ``feed`` gives None until it is decided."""
 
     def __init__(
-        self, check: str, ctx: ResponseContext, *, sse: bool, max_event: int, arguments: ArgumentCheck | None = None
+        self,
+        check: str,
+        ctx: ResponseContext,
+        *,
+        sse: bool,
+        max_event: int,
+        arguments: ArgumentCheck | None = None,
+        unparsed: str | None = None,
     ) -> None:
         self.check = check
         self.arguments = arguments or ArgumentCheck()
+        self.unparsed = unparsed
         self.pipe = StreamPipe(_scratch(ctx), sse=sse, max_event=max_event)
+
+    def _failed(self) -> Verdict:
+        """The stream ended in an error: the backend's own failure to parse the call the model began
+        (``unparsed``, llama.cpp L-31 streamed) is an answer without the call; any other is the
+        client's to see."""
+        error = self.pipe.normalizer.error
+        if error is not None and self.unparsed and self.unparsed in error.message:
+            return "unmet"
+        return "pass"
 
     def feed(self, piece: bytes) -> Verdict | None:
         self.pipe.feed(piece)
@@ -104,7 +121,7 @@ class ChoiceWatch:
         if verdict == "met":
             return "met"
         if self.pipe.normalizer.error is not None:
-            return "pass"
+            return self._failed()
         return verdict
 
     def end(self) -> Verdict:
@@ -113,7 +130,7 @@ class ChoiceWatch:
         verdict = self.arguments.verdict(self.check, self.pipe.normalizer.calls(), ended=True)
         if verdict == "met":
             return "met"
-        return "pass" if self.pipe.normalizer.error is not None else "unmet"
+        return self._failed() if self.pipe.normalizer.error is not None else "unmet"
 
 
 def unmet(check: str) -> OpenAIError:
