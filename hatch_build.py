@@ -119,6 +119,7 @@ def compiled_copy(src: Path, cache: Path) -> Path:
     folder = cache / fingerprint(src / "oaishim")
     if not ((folder / "oaishim").is_dir() and (folder / ".complete").exists()):
         shutil.rmtree(folder, ignore_errors=True)
+        cache.mkdir(parents=True, exist_ok=True)  # a fresh clone has no build/ yet (bench/run's first compile)
         work = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
         try:
             compile_core(src / "oaishim", work)
