@@ -190,3 +190,54 @@ def test_such_a_string_is_written_back_as_it_was() -> None:
         if 0xD800 <= code <= 0xDFFF or chr(code) in '"\\':
             continue
         assert orjson.dumps(chr(code)) == b'"' + chr(code).encode() + b'"', hex(code)
+
+
+VLLM_START = '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"'
+VLLM_END = '"},"logprobs":null,"finish_reason":null'
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        'b"},"logprobs":null,"finish_reason":null}]}',
+        'b"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+        'a\tb"},"logprobs":null,"finish_reason":null}]}',  # a raw tab: not JSON
+        'del\x7f ok"},"logprobs":null,"finish_reason":null}]}',  # printable to JSON, not to isprintable
+        'sep \u2028 é 🙂"},"logprobs":null,"finish_reason":null}]}',
+        'caf\\u00e9 \\"q\\""},"logprobs":null,"finish_reason":null}]}',  # escapes: parsed
+        'a","x":"b"},"logprobs":null,"finish_reason":null}]}',  # another key after the text
+        'a"},"logprobs":null,"finish_reason":"stop"}]}',  # a finish
+        'a"},"logprobs":null,"finish_reason":null}]} ',  # something after the object
+        '"},"logprobs":null,"finish_reason":null}]}',  # no text
+        '<thi"},"logprobs":null,"finish_reason":null}]}',
+    ],
+)
+def test_a_token_after_a_matched_one_begins_as_it_did(rest: str) -> None:
+    """After one token has matched, the next that begins with the same characters is read from
+    there: whatever follows, both ways give the same bytes."""
+    first = f"data: {VLLM_START}Hi{VLLM_END}}}]}}\n\n".encode()
+    events = [event(token("", role="assistant")), first, f"data: {VLLM_START}{rest}\n\n".encode()]
+    for reasoning in (True, False):
+        options = {"include_usage": False, "reasoning": reasoning, "starts_in_reasoning": False, "stops": ()}
+        fast, general = both([*events, b"data: [DONE]\n\n"], **options)
+        assert fast == general
+
+
+@pytest.mark.patches_internals
+def test_the_pattern_matches_a_streams_first_token_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a vacuous equality: once a token has matched, the next one is not matched again."""
+    from oaishim.transform import fastchunk
+
+    seen: list[str] = []
+    pattern = fastchunk._VLLM_TOKEN
+
+    class Counting:
+        def fullmatch(self, data: str) -> Any:
+            seen.append(data)
+            return pattern.fullmatch(data)
+
+    monkeypatch.setattr(fastchunk, "_VLLM_TOKEN", Counting())
+    fast, _ = pipes(include_usage=False, reasoning=False, starts_in_reasoning=False, stops=())
+    texts = ["Hi", " there", " é", "!"]
+    out = fast.feed(b"".join(f"data: {VLLM_START}{t}{VLLM_END}}}]}}\n\n".encode() for t in texts))
+    assert len(seen) == 1 and b'"content":"!"' in out

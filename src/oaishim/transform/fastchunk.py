@@ -32,12 +32,17 @@ _VLLM_TOKEN = re.compile(
     + r',"choices":\[\{"index":(0|[1-9][0-9]{0,8}),"delta":\{"content":"([^"\\\x00-\x1f]+)"\},'
     r'"logprobs":null,"finish_reason":null(?:,"token_ids":null)?\}\]\}'
 )
+# What follows such a token's text: the pattern's two endings. Within one stream every token event
+# begins with the same characters up to the text (the id, created and model do not change), so once
+# the pattern has matched one, the next is checked against that beginning and these ends with two
+# comparisons instead of the pattern (6.6k instructions an event, compiled, against ~1k).
+_ENDS = ('"},"logprobs":null,"finish_reason":null}]}', '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}')
 
 
 class FastChunks:
     """For one stream's normaliser (chat, official SSE encoding)."""
 
-    __slots__ = ("_heads", "_tail", "normalizer", "usable")
+    __slots__ = ("_heads", "_index", "_start", "_tail", "normalizer", "usable")
 
     def __init__(self, normalizer: StreamNormalizer) -> None:
         ctx = normalizer.ctx
@@ -48,15 +53,24 @@ class FastChunks:
         # the chat spec: usage null on every chunk but the last, when the client asked for usage
         usage = b',"usage":null' if ctx.include_usage else b""
         self._tail = b'},"logprobs":null,"finish_reason":null}]' + usage + b"}\n\n"
+        # the last event the pattern matched: its characters up to the text, and its choice's index
+        self._start = ""
+        self._index = 0
 
     def event(self, data: str) -> bytes | None:
         """The client's bytes for one upstream event's data, or None: not the common shape."""
         norm = self.normalizer
         if data[:1] != "{" or norm.ended or norm.done or norm.stop_seen:
             return None
+        start = self._start
+        if start and data.startswith(start):
+            known = _text_before_end(data, len(start))  # (not "text": compiled, a name keeps one type)
+            if known is not None:
+                return self._token(self._index, known)
         token = _VLLM_TOKEN.fullmatch(data)
         if token is not None:
-            return self._token(int(token[1]), token[2])
+            self._start, self._index = data[: token.start(2)], int(token[1])
+            return self._token(self._index, token[2])
         chunk = orjson.loads(data)  # (a broken event raises here and again on the general path)
         choices = chunk.get("choices")
         if type(choices) is not list or len(choices) != 1 or chunk.get("usage") is not None:
@@ -99,3 +113,18 @@ class FastChunks:
                 b'"delta":{"content":' % (_DUMPS(ctx.response_id), _DUMPS(ctx.created), _DUMPS(ctx.model), state.index)
             )
         return head + _DUMPS(text) + self._tail
+
+
+def _text_before_end(data: str, start: int) -> str | None:
+    """The token's text in ``data`` from ``start`` (where a matched event's text began) when one of
+    the pattern's ends follows it and it is a string the pattern takes; None: the pattern decides.
+    A text without a quote is the whole string (its closing quote is the end's first character);
+    ``isprintable`` is stricter than the pattern (no control character, nor a separator but the
+    space): what it refuses goes the pattern's way."""
+    for end in _ENDS:
+        if data.endswith(end):
+            text = data[start : len(data) - len(end)]
+            if text and text.isprintable() and '"' not in text and "\\" not in text:
+                return text
+            return None
+    return None
