@@ -192,7 +192,9 @@ def test_such_a_string_is_written_back_as_it_was() -> None:
         assert orjson.dumps(chr(code)) == b'"' + chr(code).encode() + b'"', hex(code)
 
 
-VLLM_START = '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"'
+VLLM_START = (
+    '{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"'
+)
 VLLM_END = '"},"logprobs":null,"finish_reason":null'
 
 
