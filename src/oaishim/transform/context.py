@@ -20,7 +20,9 @@ ToolChoiceMode = Literal["none", "auto", "required", "named"]
 Violation = tuple[int, str, str]
 
 
-@dataclass(slots=True)
+# Its own __init__: the one dataclasses generates is interpreted, compiled or not (15k instructions
+# a request against 2k); the fields below stay the record of what the class holds.
+@dataclass(slots=True, init=False)
 class ResponseContext:
     """The client's side of one exchange: the ids and names it must see, and what it asked for."""
 
@@ -61,6 +63,38 @@ class ResponseContext:
     # a model that writes one over several tokens (transform.secrets)
     secrets: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if not self.response_id:
-            self.response_id = random_id("chatcmpl-" if self.chat else "cmpl-")
+    def __init__(
+        self,
+        model: str,
+        *,
+        chat: bool = True,
+        include_usage: bool = False,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        tool_mode: ToolChoiceMode = "none",
+        reasoning_field: ReasoningField = "reasoning_content",
+        keep_extensions: bool = False,
+        repair: RepairPlan | None = None,
+        context_param: str = "messages",
+        response_id: str = "",
+        created: int | None = None,
+        repairs: set[str] | None = None,
+        thinking_off: bool = False,
+        one_tool_call: bool = False,
+        violations: list[Violation] | None = None,
+        output_format: OutputFormat | None = None,
+        forced_tool: str | None = None,
+        unparsed_call: str | None = None,
+        grammar_done: str | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        self.model, self.chat, self.include_usage, self.logprobs = model, chat, include_usage, logprobs
+        self.top_logprobs, self.tool_mode, self.reasoning_field = top_logprobs, tool_mode, reasoning_field
+        self.keep_extensions, self.repair, self.context_param = keep_extensions, repair, context_param
+        self.response_id = response_id or random_id("chatcmpl-" if chat else "cmpl-")
+        self.created = int(time.time()) if created is None else created
+        self.repairs = set() if repairs is None else repairs
+        self.thinking_off, self.one_tool_call = thinking_off, one_tool_call
+        self.violations = [] if violations is None else violations
+        self.output_format, self.forced_tool = output_format, forced_tool
+        self.unparsed_call, self.grammar_done, self.secrets = unparsed_call, grammar_done, secrets

@@ -12,7 +12,7 @@ hands everything back: no character is lost.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from oaishim.transform.cleanup import DisplayCleanup, display_markup
 from oaishim.transform.pieces import Piece, Text, TextKind
@@ -22,14 +22,19 @@ from oaishim.transform.stops import StopMatcher
 from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
 
 
-@dataclass(slots=True)  # not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent)
+TOOL_FORMATS: tuple[ToolFormat, ...] = ("hermes", "minimax", "llama3", "mistral")
+
+
+# Not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent); its own __init__,
+# compiled (as transform.context.ResponseContext).
+@dataclass(slots=True, init=False)
 class RepairPlan:
     """What to repair, decided once per request from the profile, the settings and the request."""
 
     reasoning: bool = True
     starts_in_reasoning: bool = False
     tools: bool = False
-    tool_formats: tuple[ToolFormat, ...] = ("hermes", "minimax", "llama3", "mistral")
+    tool_formats: tuple[ToolFormat, ...] = TOOL_FORMATS
     tool_names: frozenset[str] = frozenset()
     stops: tuple[str, ...] = ()
     include_stop: bool = False
@@ -37,24 +42,49 @@ class RepairPlan:
     cleanup: bool = False  # strip display markup from reasoning and content: see ``display_markup``
     markup: frozenset[str] = frozenset()  # literal markup named in configuration, stripped by the cleanup
 
+    def __init__(
+        self,
+        *,
+        reasoning: bool = True,
+        starts_in_reasoning: bool = False,
+        tools: bool = False,
+        tool_formats: tuple[ToolFormat, ...] = TOOL_FORMATS,
+        tool_names: frozenset[str] = frozenset(),
+        stops: tuple[str, ...] = (),
+        include_stop: bool = False,
+        special: SpecialTokens | None = None,
+        cleanup: bool = False,
+        markup: frozenset[str] = frozenset(),
+    ) -> None:
+        self.reasoning, self.starts_in_reasoning, self.tools = reasoning, starts_in_reasoning, tools
+        self.tool_formats, self.tool_names, self.stops, self.include_stop = (
+            tool_formats,
+            tool_names,
+            stops,
+            include_stop,
+        )
+        self.special, self.cleanup, self.markup = special, cleanup, markup
+
     @property
     def active(self) -> bool:
         return self.reasoning or self.tools or bool(self.stops) or self.special is not None or self.cleanup
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its own __init__, compiled (as transform.context.ResponseContext)
 class TextRepair:
     plan: RepairPlan
-    stopper: StopMatcher | None = field(init=False)
-    holder: DisplayCleanup | None = field(init=False)
-    cleaner: DisplayCleanup | None = field(init=False)
-    _cleaning: TextKind | None = field(init=False, default=None)  # the kind of text the cleaner holds
-    splitter: ReasoningSplitter | None = field(init=False)
-    parser: ToolCallParser | None = field(init=False)
-    done: bool = field(init=False, default=False)  # every stage flushed: the text is complete
+    stopper: StopMatcher | None
+    holder: DisplayCleanup | None
+    cleaner: DisplayCleanup | None
+    _cleaning: TextKind | None  # the kind of text the cleaner holds
+    splitter: ReasoningSplitter | None
+    parser: ToolCallParser | None
+    done: bool  # every stage flushed: the text is complete
 
-    def __post_init__(self) -> None:
-        plan = self.plan
+    def __init__(self, plan: RepairPlan) -> None:
+        self.plan = plan
+        self._cleaning = None
+        self.done = False
         self.stopper = StopMatcher(plan.stops, include_stop=plan.include_stop) if plan.stops else None
         # Every special token kept whole and an end-of-turn token ends the text (it used to flow
         # on: the signal a cleanup regex once ate). Markup is stripped only at the end, from display text.

@@ -77,7 +77,7 @@ _NULL_IS_DEFAULT = frozenset(
 _REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its own __init__, compiled (as transform.context.ResponseContext)
 class PreparedRequest:
     """What goes upstream, plus what the response side must know about what the client asked.
 
@@ -112,6 +112,40 @@ class PreparedRequest:
     output_format: OutputFormat | None = None  # response_format json_object/json_schema, to check the answer against
     # the offered functions' parameters, which a checked forced call's arguments must fit (ToolPlan.schemas)
     tool_schemas: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        *,
+        body: dict[str, Any],
+        endpoint: Endpoint,
+        client_model: str,
+        stream: bool = False,
+        include_usage: bool = False,
+        dropped: list[str] | None = None,
+        n: int = 1,
+        logprobs: bool | int | None = None,
+        top_logprobs: int | None = None,
+        tools_offered: bool = False,
+        tool_choice: str | dict[str, Any] = "none",
+        stop: list[str] | None = None,
+        include_stop_str_in_output: bool = False,
+        max_tokens: int | float | None = None,
+        repairs: list[str] | None = None,
+        thinking: reasoning_effort.Thinking = reasoning_effort.THINKING_ON,
+        tool_check: str | None = None,
+        parallel_tool_calls: bool = True,
+        fan_out: int = 1,
+        output_format: OutputFormat | None = None,
+        tool_schemas: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.body, self.endpoint, self.client_model, self.stream = body, endpoint, client_model, stream
+        self.include_usage, self.dropped = include_usage, [] if dropped is None else dropped
+        self.n, self.logprobs, self.top_logprobs, self.tools_offered = n, logprobs, top_logprobs, tools_offered
+        self.tool_choice, self.stop = tool_choice, [] if stop is None else stop
+        self.include_stop_str_in_output, self.max_tokens = include_stop_str_in_output, max_tokens
+        self.repairs, self.thinking = [] if repairs is None else repairs, thinking
+        self.tool_check, self.parallel_tool_calls, self.fan_out = tool_check, parallel_tool_calls, fan_out
+        self.output_format, self.tool_schemas = output_format, {} if tool_schemas is None else tool_schemas
 
 
 def _text(content: Any) -> str:
