@@ -48,13 +48,24 @@ class Expired(Exception):
     """The exchange's deadline passed before the body's end."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its own __init__, compiled (dataclasses' is interpreted)
 class Head:
     status: int
     headers: list[tuple[bytes, bytes]]
     content_type: str  # media type, lower-case, without parameters
     content_length: int | None
     chunked: bool
+
+    def __init__(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        content_type: str,
+        content_length: int | None,
+        chunked: bool,
+    ) -> None:
+        self.status, self.headers, self.content_type = status, headers, content_type
+        self.content_length, self.chunked = content_length, chunked
 
 
 def _media_type(value: bytes | None) -> str:

@@ -15,15 +15,19 @@ from typing import Literal
 TextKind = Literal["content", "reasoning"]
 # The pieces are not frozen dataclasses (nothing changes one): mypyc builds a frozen dataclass as a
 # Python class, whose construction costs several times a native one's, and a stream makes many.
+# Each has its own __init__: the one dataclasses generates is interpreted, compiled or not.
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Text:
     kind: TextKind
     text: str
 
+    def __init__(self, kind: TextKind, text: str) -> None:
+        self.kind, self.text = kind, text
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class CallStart:
     """A tool call begins: its 0-based index within the choice, its ``call_…`` id and its name."""
 
@@ -31,13 +35,19 @@ class CallStart:
     id: str
     name: str
 
+    def __init__(self, index: int, id: str, name: str) -> None:
+        self.index, self.id, self.name = index, id, name
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class CallArgs:
     """A piece of a tool call's JSON arguments text."""
 
     index: int
     text: str
+
+    def __init__(self, index: int, text: str) -> None:
+        self.index, self.text = index, text
 
 
 Piece = Text | CallStart | CallArgs

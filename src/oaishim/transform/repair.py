@@ -21,7 +21,6 @@ from oaishim.transform.special import SpecialTokens
 from oaishim.transform.stops import StopMatcher
 from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
 
-
 TOOL_FORMATS: tuple[ToolFormat, ...] = ("hermes", "minimax", "llama3", "mistral")
 
 

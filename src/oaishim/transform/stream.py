@@ -46,7 +46,8 @@ Chunk = dict[str, Any]  # one normalised official chunk, for an encoder (transfo
 log = logging.getLogger("oaishim.stream")
 
 
-@dataclass(slots=True)
+# _Call and _Choice have their own __init__: the one dataclasses generates is interpreted, compiled or not.
+@dataclass(slots=True, init=False)
 class _Call:
     id: str
     upstream_id: str | None = None
@@ -60,8 +61,13 @@ class _Call:
     # parallel_tool_calls false): nothing of it is sent
     dropped: bool = False
 
+    def __init__(self, id: str, upstream_id: str | None = None, *, serial: int = 0) -> None:
+        self.id, self.upstream_id, self.serial = id, upstream_id, serial
+        self.index, self.name, self.opened, self.pending_args = -1, None, False, ""
+        self.arguments, self.dropped = [], False
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class _Choice:
     index: int
     repair: TextRepair | None = None
@@ -76,6 +82,18 @@ class _Choice:
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # entries not yet sent with a content delta
     fmt: output_format.Held | None = None  # a response_format request: content to check, reasoning held
     masks: FieldMasks | None = None  # the gateway's secrets masked in each field's text (transform.secrets)
+
+    def __init__(
+        self,
+        index: int,
+        repair: TextRepair | None = None,
+        *,
+        fmt: output_format.Held | None = None,
+        masks: FieldMasks | None = None,
+    ) -> None:
+        self.index, self.repair, self.fmt, self.masks = index, repair, fmt, masks
+        self.state, self.calls, self.made, self.finish, self.held = "waiting", {}, [], None, None
+        self.text_offset, self.logprobs = 0, []
 
     def __repr__(self) -> str:
         return f"<choice {self.index} {self.state}>"

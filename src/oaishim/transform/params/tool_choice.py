@@ -39,7 +39,9 @@ from oaishim.profiles._base import Profile
 __all__ = ["ToolPlan", "forced_name", "guided_body", "plan_tools", "satisfied"]
 
 
-@dataclass(slots=True)  # not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent)
+# Not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent); its own __init__,
+# compiled (dataclasses' is interpreted).
+@dataclass(slots=True, init=False)
 class ToolPlan:
     """``check``: None when the backend enforces the choice; ``""``: the answer needs some call;
     a name: it needs a call of that function. ``parallel``: the client allows several calls.
@@ -49,6 +51,16 @@ class ToolPlan:
     parallel: bool = True
     repairs: tuple[str, ...] = ()
     schemas: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        check: str | None = None,
+        parallel: bool = True,
+        repairs: tuple[str, ...] = (),
+        schemas: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.check, self.parallel, self.repairs = check, parallel, repairs
+        self.schemas = {} if schemas is None else schemas
 
 
 def forced_name(choice: Any) -> str | None:
