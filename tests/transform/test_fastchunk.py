@@ -8,6 +8,7 @@ chunks) at every split point of the body, and for the recorded backend streams.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from _props import examples
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.repair import RepairPlan
+from oaishim.transform.responses import ResponsesStreamEncoder, responses_to_chat
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 
@@ -243,3 +245,53 @@ def test_the_pattern_matches_a_streams_first_token_only(monkeypatch: pytest.Monk
     texts = ["Hi", " there", " é", "!"]
     out = fast.feed(b"".join(f"data: {VLLM_START}{t}{VLLM_END}}}]}}\n\n".encode() for t in texts))
     assert len(seen) == 1 and b'"content":"!"' in out
+
+
+# -- the Responses encoder's short way (ResponsesStreamEncoder.text_token) ------------------------
+def responses_pipes(**options: Any) -> tuple[StreamPipe, StreamPipe]:
+    """Two pipes into the Responses encoder, ids and clock fixed: with the short way, and without."""
+    info = responses_to_chat({"model": "m", "input": "hi", "stream": True}, key=b"k" * 32)[1]
+
+    def encoder() -> ResponsesStreamEncoder:
+        counter = itertools.count()
+        return ResponsesStreamEncoder(info, id_factory=lambda p: f"{p}_{next(counter)}", clock=lambda: 1700000000)
+
+    fast = StreamPipe(context(**options), encoder=encoder())
+    general = StreamPipe(context(**options), encoder=encoder())
+    general._fast = None
+    return fast, general
+
+
+def responses_both(pieces: list[bytes], **options: Any) -> tuple[bytes, bytes]:
+    fast, general = responses_pipes(**options)
+    return b"".join([*(fast.feed(p) for p in pieces), fast.flush()]), b"".join(
+        [*(general.feed(p) for p in pieces), general.flush()]
+    )
+
+
+@examples(40)
+@given(streams(), OPTIONS)
+def test_responses_one_read_per_event(events: list[bytes], options: dict[str, Any]) -> None:
+    fast, general = responses_both(events, **options)
+    assert fast == general
+
+
+@examples(10)
+@given(streams(), OPTIONS)
+def test_responses_every_split_point(events: list[bytes], options: dict[str, Any]) -> None:
+    body = b"".join(events)
+    for at in range(len(body) + 1):
+        fast, general = responses_both([body[:at], body[at:]], **options)
+        assert fast == general, at
+
+
+def test_responses_common_token_takes_the_short_way() -> None:
+    """Not a vacuous equality: the Responses pipe has the short way, and a token after the first
+    gives the one delta event the general path gives."""
+    fast, general = responses_pipes(include_usage=False, reasoning=False, starts_in_reasoning=False, stops=())
+    assert fast._fast is not None
+    first = event(token("", role="assistant")) + event(token("Hi"))
+    assert fast.feed(first) == general.feed(first)
+    out = fast.feed(event(token(" the")))
+    assert out == general.feed(event(token(" the")))
+    assert out.startswith(b"event: response.output_text.delta\n") and out.count(b"\n\n") == 1

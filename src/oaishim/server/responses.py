@@ -128,6 +128,9 @@ class _HeldTerminal:
     def fail(self, error: OpenAIError) -> list[bytes]:
         return self._hold(self.inner.fail(error))
 
+    def text_token(self, index: int, text: str) -> list[bytes]:
+        return self._hold(self.inner.text_token(index, text))
+
     def end(self) -> list[bytes]:
         return self._hold(self.inner.end())
 

@@ -21,7 +21,11 @@ DONE = b"data: [DONE]\n\n"
 
 
 class Encoder(Protocol):
-    """One client stream's output format. Each method returns the bytes to send, in order (maybe none)."""
+    """One client stream's output format. Each method returns the bytes to send, in order (maybe none).
+
+    An encoder may also have ``text_token(index, text) -> list[bytes]``: its bytes for the common chunk,
+    one content token of the choice the client knows as ``index`` (``transform.fastchunk``), the
+    same as ``feed`` gives for that chunk; the stream pipe then skips building the chunk."""
 
     def feed(self, chunk: Mapping[str, Any]) -> list[bytes]:
         """One normalised official chunk (the final usage chunk included, when the client asked)."""

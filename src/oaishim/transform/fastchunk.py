@@ -14,6 +14,7 @@ the general way. tests/transform/test_fastchunk.py holds both paths to byte-iden
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import orjson
 
@@ -39,14 +40,21 @@ _VLLM_TOKEN = re.compile(
 _ENDS = ('"},"logprobs":null,"finish_reason":null}]}', '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}')
 
 
+# Another encoder's bytes for one content token: the client's choice index and the text (the
+# Responses encoder's ``text_token``), where the chat chunk is not what the client reads.
+TextWriter = Callable[[int, str], bytes]
+
+
 class FastChunks:
-    """For one stream's normaliser (chat, official SSE encoding)."""
+    """For one stream's normaliser: the official chat SSE chunk, or with ``write`` another
+    encoder's bytes for the same token (``TextWriter``)."""
 
-    __slots__ = ("_heads", "_index", "_start", "_tail", "normalizer", "usable")
+    __slots__ = ("_heads", "_index", "_start", "_tail", "_write", "normalizer", "usable")
 
-    def __init__(self, normalizer: StreamNormalizer) -> None:
+    def __init__(self, normalizer: StreamNormalizer, write: TextWriter | None = None) -> None:
         ctx = normalizer.ctx
         self.normalizer = normalizer
+        self._write = write
         # (where a refused parse may end the stream, each chunk's token counts are read: the general rules)
         self.usable = ctx.chat and not ctx.logprobs and not ctx.keep_extensions and ctx.unparsed_call is None
         self._heads: dict[int, bytes] = {}  # by output index: the bytes up to the content text
@@ -105,6 +113,8 @@ class FastChunks:
             if not masked:
                 return b""  # all of it may begin a secret: held for the next token
             text = masked
+        if self._write is not None:
+            return self._write(state.index, text)
         head = self._heads.get(state.index)
         if head is None:
             ctx = norm.ctx

@@ -144,7 +144,14 @@ class StreamPipe:
         self.normalizer = StreamNormalizer(ctx)
         self.encoder: Encoder = encoder if encoder is not None else ChatSSEEncoder()
         self._chat_sse = type(self.encoder) is ChatSSEEncoder  # its feed() is one sse_chunk(): called inline
-        fast = FastChunks(self.normalizer) if self._chat_sse else None
+        # the common token's short way: the chat chunk's bytes, or an encoder's own (``text_token``)
+        text_token = None if self._chat_sse else getattr(self.encoder, "text_token", None)
+        if self._chat_sse:
+            fast: FastChunks | None = FastChunks(self.normalizer)
+        elif text_token is not None:
+            fast = FastChunks(self.normalizer, lambda index, text: b"".join(text_token(index, text)))
+        else:
+            fast = None
         self._fast = fast if fast is not None and fast.usable else None  # the common token's short way
         # A backend that ignored stream: true sends one JSON body, held (bounded) until its end.
         self._decoder = SSEDecoder(max_event) if sse else None
@@ -198,7 +205,18 @@ class StreamPipe:
             self.chunks += len(out)
         else:
             encode = self.encoder.feed
+            fast = self._fast
             for event in events:
+                if fast is not None:
+                    try:
+                        quick = fast.event(event.data)
+                    except orjson.JSONDecodeError:
+                        quick = None  # the general path gives the error
+                    if quick is not None:
+                        if quick:  # (b"": nothing for the client yet, as the general path)
+                            self.chunks += 1
+                            out.append(quick)
+                        continue
                 for chunk in normalizer.feed(event.data):
                     self.chunks += 1
                     out += encode(chunk)

@@ -133,6 +133,22 @@ class ResponsesStreamEncoder:
             return out + self.fail(upstream_error("the upstream sent a chunk the gateway cannot read"))
         return out + self._emit(events)
 
+    def text_token(self, index: int, text: str) -> list[bytes]:
+        """What :meth:`feed` gives for a chunk holding only content ``text`` for choice ``index``
+        (the stream pipe's short way for the common token, ``transform.fastchunk``)."""
+        if self.ended:
+            return []
+        out = self.start()
+        if index != 0 or self._finish is not None:
+            return out  # as _read: another choice, or after the finish
+        try:
+            events = self.builder.text(text, [] if self.info.logprobs else None)
+        except OpenAIError as err:
+            return out + self.fail(err)
+        except (TypeError, AttributeError, KeyError, ValueError):
+            return out + self.fail(upstream_error("the upstream sent a chunk the gateway cannot read"))
+        return out + self._emit(events)
+
     def _read(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage") is not None:
             self._usage = responses_usage(chunk["usage"])
