@@ -197,6 +197,19 @@ class OutputBuilder:
             out += self._open_part(cur, part)
         return cur, out
 
+    def open_text(self) -> tuple[str, int, int] | None:
+        """Where a text delta goes when an ``output_text`` part is open (item id, output index,
+        content index), else None: a delta there needs no event but its own."""
+        cur = self._open
+        if cur is None or cur.kind != "message" or cur.part != "output_text":
+            return None
+        return cur.item["id"], cur.index, len(cur.item["content"])
+
+    def add_text(self, text: str) -> None:
+        """Text for the open ``output_text`` part, its delta event written by the caller (``open_text``)."""
+        assert self._open is not None
+        self._open.texts.append(text)
+
     def text(self, text: str, logprobs: list[dict[str, Any]] | None = None) -> list[Event]:
         if not text:
             return []

@@ -41,6 +41,11 @@ __all__ = ["ResponsesStreamEncoder", "frame"]
 _CUT = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
+# A text delta's frame up to its sequence number, as frame() writes it: then the place, the
+# delta and the empty logprobs (the key order of OutputBuilder.text's event after _emit's two).
+_DELTA_HEAD = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
+
+
 def frame(event: Mapping[str, Any]) -> bytes:
     return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
@@ -94,6 +99,8 @@ class ResponsesStreamEncoder:
         self.ended = False
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
+        # text_token's frame: where its deltas go (builder.open_text), and their bytes after the number
+        self._delta: tuple[tuple[str, int, int] | None, bytes] = (None, b"")
 
     # -- framing ---------------------------------------------------------------------------------
     def _emit(self, events: list[Event]) -> list[bytes]:
@@ -141,6 +148,15 @@ class ResponsesStreamEncoder:
         out = self.start()
         if index != 0 or self._finish is not None:
             return out  # as _read: another choice, or after the finish
+        where = self.builder.open_text() if self.framed and not self.info.logprobs else None
+        if where is not None and text:  # the usual token: its frame written here, as _emit would
+            if self._delta[0] != where:
+                self._delta = (where, b',"item_id":%s,"output_index":%d,"content_index":%d,"delta":' % (
+                    orjson.dumps(where[0]), where[1], where[2]))  # fmt: skip
+            self.builder.add_text(text)
+            seq = self._seq
+            self._seq += 1
+            return [*out, _DELTA_HEAD + b"%d" % seq + self._delta[1] + orjson.dumps(text) + b',"logprobs":[]}\n\n']
         try:
             events = self.builder.text(text, [] if self.info.logprobs else None)
         except OpenAIError as err:
