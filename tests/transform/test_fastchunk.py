@@ -45,6 +45,20 @@ def pipes(**options: Any) -> tuple[StreamPipe, StreamPipe]:
     return fast, general
 
 
+def responses_pipes(**options: Any) -> tuple[StreamPipe, StreamPipe]:
+    """Two pipes into the Responses encoder, ids and clock fixed: with the short way, and without."""
+    info = responses_to_chat({"model": "m", "input": "hi", "stream": True}, key=b"k" * 32)[1]
+
+    def encoder() -> ResponsesStreamEncoder:
+        counter = itertools.count()
+        return ResponsesStreamEncoder(info, id_factory=lambda p: f"{p}_{next(counter)}", clock=lambda: 1700000000)
+
+    fast = StreamPipe(context(**options), encoder=encoder())
+    general = StreamPipe(context(**options), encoder=encoder())
+    general._fast = None
+    return fast, general
+
+
 def both(pieces: list[bytes], **options: Any) -> tuple[list[bytes], list[bytes]]:
     fast, general = pipes(**options)
     a = [fast.feed(p) for p in pieces] + [fast.flush()]
@@ -99,19 +113,30 @@ def streams(draw: st.DrawFn) -> list[bytes]:
     return out
 
 
-@examples(60)
+def responses_both(pieces: list[bytes], **options: Any) -> tuple[list[bytes], list[bytes]]:
+    """As ``both``, into the Responses encoder (its ``text_token``, against its ``feed``)."""
+    fast, general = responses_pipes(**options)
+    return [*(fast.feed(p) for p in pieces), fast.flush()], [*(general.feed(p) for p in pieces), general.flush()]
+
+
+WAYS = pytest.mark.parametrize("run", [both, responses_both], ids=["chat", "responses"])
+
+
+@WAYS
+@examples(50)
 @given(streams(), OPTIONS)
-def test_one_read_per_event(events: list[bytes], options: dict[str, Any]) -> None:
-    fast, general = both(events, **options)
+def test_one_read_per_event(run: Any, events: list[bytes], options: dict[str, Any]) -> None:
+    fast, general = run(events, **options)
     assert fast == general
 
 
-@examples(15)
+@WAYS
+@examples(12)
 @given(streams(), OPTIONS)
-def test_every_split_point(events: list[bytes], options: dict[str, Any]) -> None:
+def test_every_split_point(run: Any, events: list[bytes], options: dict[str, Any]) -> None:
     body = b"".join(events)
     for at in range(len(body) + 1):
-        fast, general = both([body[:at], body[at:]], **options)
+        fast, general = run([body[:at], body[at:]], **options)
         assert b"".join(fast) == b"".join(general), at
 
 
@@ -245,44 +270,6 @@ def test_the_pattern_matches_a_streams_first_token_only(monkeypatch: pytest.Monk
     texts = ["Hi", " there", " é", "!"]
     out = fast.feed(b"".join(f"data: {VLLM_START}{t}{VLLM_END}}}]}}\n\n".encode() for t in texts))
     assert len(seen) == 1 and b'"content":"!"' in out
-
-
-# -- the Responses encoder's short way (ResponsesStreamEncoder.text_token) ------------------------
-def responses_pipes(**options: Any) -> tuple[StreamPipe, StreamPipe]:
-    """Two pipes into the Responses encoder, ids and clock fixed: with the short way, and without."""
-    info = responses_to_chat({"model": "m", "input": "hi", "stream": True}, key=b"k" * 32)[1]
-
-    def encoder() -> ResponsesStreamEncoder:
-        counter = itertools.count()
-        return ResponsesStreamEncoder(info, id_factory=lambda p: f"{p}_{next(counter)}", clock=lambda: 1700000000)
-
-    fast = StreamPipe(context(**options), encoder=encoder())
-    general = StreamPipe(context(**options), encoder=encoder())
-    general._fast = None
-    return fast, general
-
-
-def responses_both(pieces: list[bytes], **options: Any) -> tuple[bytes, bytes]:
-    fast, general = responses_pipes(**options)
-    return b"".join([*(fast.feed(p) for p in pieces), fast.flush()]), b"".join(
-        [*(general.feed(p) for p in pieces), general.flush()]
-    )
-
-
-@examples(40)
-@given(streams(), OPTIONS)
-def test_responses_one_read_per_event(events: list[bytes], options: dict[str, Any]) -> None:
-    fast, general = responses_both(events, **options)
-    assert fast == general
-
-
-@examples(10)
-@given(streams(), OPTIONS)
-def test_responses_every_split_point(events: list[bytes], options: dict[str, Any]) -> None:
-    body = b"".join(events)
-    for at in range(len(body) + 1):
-        fast, general = responses_both([body[:at], body[at:]], **options)
-        assert fast == general, at
 
 
 def test_responses_common_token_takes_the_short_way() -> None:

@@ -79,7 +79,10 @@ class FastChunks:
         if token is not None:
             self._start, self._index = data[: token.start(2)], int(token[1])
             return self._token(self._index, token[2])
-        chunk = orjson.loads(data)  # (a broken event raises here and again on the general path)
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None  # the general path gives the error
         choices = chunk.get("choices")
         if type(choices) is not list or len(choices) != 1 or chunk.get("usage") is not None:
             return None

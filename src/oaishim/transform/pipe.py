@@ -187,39 +187,22 @@ class StreamPipe:
             log.warning("stream %s: the upstream sent an SSE event over %d bytes; closed it", self._id(), exc.limit)
             return self.fail(upstream_too_large(exc.limit, "one SSE event"))
         out: list[bytes] = []
-        if self._chat_sse:  # ChatSSEEncoder.feed, inline: this runs for every streamed token
-            dumps = orjson.dumps
-            fast = self._fast
-            for event in events:
-                if fast is not None:
-                    try:
-                        quick = fast.event(event.data)
-                    except orjson.JSONDecodeError:
-                        quick = None  # the general path gives the error
-                    if quick is not None:
-                        if quick:  # (b"": the text is held, as it may begin a secret)
-                            out.append(quick)
-                        continue
-                for chunk in normalizer.feed(event.data):
-                    out.append(b"data: " + dumps(chunk) + b"\n\n")
-            self.chunks += len(out)
-        else:
-            encode = self.encoder.feed
-            fast = self._fast
-            for event in events:
-                if fast is not None:
-                    try:
-                        quick = fast.event(event.data)
-                    except orjson.JSONDecodeError:
-                        quick = None  # the general path gives the error
-                    if quick is not None:
-                        if quick:  # (b"": nothing for the client yet, as the general path)
-                            self.chunks += 1
-                            out.append(quick)
-                        continue
-                for chunk in normalizer.feed(event.data):
-                    self.chunks += 1
-                    out += encode(chunk)
+        fast = self._fast
+        chat = self._chat_sse
+        for event in events:  # this runs for every streamed token
+            if fast is not None:
+                quick = fast.event(event.data)
+                if quick is not None:
+                    if quick:  # (b"": nothing for the client yet, the text held as it may begin a secret)
+                        self.chunks += 1
+                        out.append(quick)
+                    continue
+            for chunk in normalizer.feed(event.data):
+                self.chunks += 1
+                if chat:  # ChatSSEEncoder.feed, inline
+                    out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                else:
+                    out += self.encoder.feed(chunk)
         if decoder.unknown_fields:
             self._field_errors(decoder)
         if normalizer.ended or (normalizer.stop_seen and normalizer.stopped):
