@@ -56,12 +56,8 @@ class RepairPlan:
         markup: frozenset[str] = frozenset(),
     ) -> None:
         self.reasoning, self.starts_in_reasoning, self.tools = reasoning, starts_in_reasoning, tools
-        self.tool_formats, self.tool_names, self.stops, self.include_stop = (
-            tool_formats,
-            tool_names,
-            stops,
-            include_stop,
-        )
+        self.tool_formats, self.tool_names = tool_formats, tool_names
+        self.stops, self.include_stop = stops, include_stop
         self.special, self.cleanup, self.markup = special, cleanup, markup
 
     @property

@@ -143,27 +143,17 @@ class ResponsesStreamEncoder:
     def text_token(self, index: int, text: str) -> list[bytes]:
         """What :meth:`feed` gives for a chunk holding only content ``text`` for choice ``index``
         (the stream pipe's short way for the common token, ``transform.fastchunk``)."""
-        if self.ended:
-            return []
-        out = self.start()
-        if index != 0 or self._finish is not None:
-            return out  # as _read: another choice, or after the finish
-        where = self.builder.open_text() if self.framed and not self.info.logprobs else None
-        if where is not None and text:  # the usual token: its frame written here, as _emit would
-            if self._delta[0] != where:
-                self._delta = (where, b',"item_id":%s,"output_index":%d,"content_index":%d,"delta":' % (
-                    orjson.dumps(where[0]), where[1], where[2]))  # fmt: skip
-            self.builder.add_text(text)
-            seq = self._seq
-            self._seq += 1
-            return [*out, _DELTA_HEAD + b"%d" % seq + self._delta[1] + orjson.dumps(text) + b',"logprobs":[]}\n\n']
-        try:
-            events = self.builder.text(text, [] if self.info.logprobs else None)
-        except OpenAIError as err:
-            return out + self.fail(err)
-        except (TypeError, AttributeError, KeyError, ValueError):
-            return out + self.fail(upstream_error("the upstream sent a chunk the gateway cannot read"))
-        return out + self._emit(events)
+        usual = self._started and not self.ended and index == 0 and self._finish is None and text != ""
+        where = self.builder.open_text() if usual and self.framed and not self.info.logprobs else None
+        if where is None:  # a part to open, another choice, after the finish: what feed does with the chunk
+            return self.feed({"choices": [{"index": index, "delta": {"content": text}}]})
+        if self._delta[0] != where:  # the usual token: its frame written here, as _emit would
+            self._delta = (where, b',"item_id":%s,"output_index":%d,"content_index":%d,"delta":' % (
+                orjson.dumps(where[0]), where[1], where[2]))  # fmt: skip
+        self.builder.add_text(text)
+        seq = self._seq
+        self._seq += 1
+        return [_DELTA_HEAD + b"%d" % seq + self._delta[1] + orjson.dumps(text) + b',"logprobs":[]}\n\n']
 
     def _read(self, chunk: Mapping[str, Any]) -> list[Event]:
         if chunk.get("usage") is not None:
