@@ -3,7 +3,8 @@
 A smaller harness than ``bench/run`` for one question, runnable on a shared machine: the wall-clock
 latency of each request (p50, p99) and, steadier than that when other work shares the cores, the CPU
 time of the serving process per request (from /proc; the capture process's own CPU is given apart,
-it runs outside the serving process; with ``--workers N``, the serving figure sums the workers). Streams of ``--tokens`` chunks against ``bench/upstream.py``.
+it runs outside the serving process: all of it, and the part spent while the load ran, since it
+builds most records once the gateway is quiet; with ``--workers N``, the serving figure sums the workers). Streams of ``--tokens`` chunks against ``bench/upstream.py``.
 
     PYTHONPATH=src python bench/capture_cost.py [--requests 400] [--tokens 16] [--src OTHER/src] [--workers 2]
 
@@ -81,6 +82,18 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def settled(pids: list[int], most: float = 20.0) -> float:
+    """The CPU seconds of ``pids`` once they stop using any (0.3 s without a tick), waiting ``most``."""
+    last, deadline = procstat.cpu_seconds(pids), time.monotonic() + most
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = procstat.cpu_seconds(pids)
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def measure(src: Path, capture: bool, upstream: str, args: argparse.Namespace, workers: int = 1) -> dict[str, Any]:
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="capture-cost-"))
@@ -105,13 +118,14 @@ def measure(src: Path, capture: bool, upstream: str, args: argparse.Namespace, w
         for c in (1, 32):
             cpu0, side0 = procstat.cpu_seconds(serving), procstat.cpu_seconds(helpers)
             times = uvloop.run(load(url, args.requests, c, args.tokens))
-            time.sleep(0.3)  # the capture process catches up
-            cpu1, side1 = procstat.cpu_seconds(serving), procstat.cpu_seconds(helpers)
+            cpu1, during = procstat.cpu_seconds(serving), procstat.cpu_seconds(helpers)
+            side1 = settled(helpers)  # the capture process builds what it held once the load is over
             out[f"c{c}"] = {
                 "p50_ms": round(pct(times, 0.5) * 1e3, 3),
                 "p99_ms": round(pct(times, 0.99) * 1e3, 3),
                 "serving_cpu_us": round((cpu1 - cpu0) / len(times) * 1e6, 1),
                 "other_cpu_us": round((side1 - side0) / len(times) * 1e6, 1),
+                "other_cpu_during_load_us": round((during - side0) / len(times) * 1e6, 1),
             }
         return out
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse, from_tuple, to_tuple
-from oaishim.server.capture_process import Priority, RemoteWriter, _frames
+from oaishim.server.capture_process import RemoteWriter, _frames, decode
 from oaishim.server.exchange import StreamCount
 from oaishim.server.metrics import Metrics
 
@@ -47,7 +47,7 @@ def read_frames(conn: socket.socket, want: int) -> list[tuple[int, RawExchange |
         data = conn.recv(65536)
         assert data, "the sender closed early"
         buffer += data
-        got += _frames(buffer)
+        got += [(dropped, decode(payload) if payload else None) for dropped, payload in _frames(buffer)]
     return got
 
 
@@ -164,33 +164,3 @@ def test_a_capture_process_gone_counts_what_it_did_not_get(
     writer.close()
     assert writer.dropped >= 1
     assert any("capture process unreachable" in r.message for r in caplog.records)
-
-
-def test_the_writer_is_idle_while_it_keeps_up_and_takes_its_share_when_behind() -> None:
-    calls: list[bool] = []
-    allowed = [True]
-
-    def set_idle(idle: bool) -> bool:
-        calls.append(idle)
-        return allowed[0]
-
-    priority = Priority(set_idle)
-    assert priority.idle and calls == [True]
-    priority.note(0.05)  # the send interval and a little: still idle
-    assert priority.idle and calls == [True]
-    priority.note(0.15)  # past BEHIND: the workers' queues would fill next
-    assert not priority.idle and calls == [True, False]
-    priority.note(0.08)  # catching up: not yet
-    assert not priority.idle and calls == [True, False]
-    priority.note(0.02)
-    assert priority.idle and calls == [True, False, True]
-    allowed[0] = False  # the kernel refuses the switch: the writer says what it really is
-    priority.note(2.0)
-    assert priority.idle and calls[-1] is False
-
-
-def test_a_writer_that_cannot_enter_the_idle_class_stays_at_its_nice_value() -> None:
-    priority = Priority(lambda idle: False)
-    priority.note(5.0)
-    priority.note(0.0)
-    assert not priority.idle and priority.switches == 0

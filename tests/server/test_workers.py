@@ -24,7 +24,7 @@ from _servers import Canned, Replayer, Seen, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from oaishim.capture.reader import CaptureReader
-from oaishim.server.capture_process import _can_leave_idle
+from oaishim.server.capture_pace import _can_leave_idle
 from oaishim.server.config import ConfigError, build_settings
 from oaishim.server.workers import RESTART_WINDOW
 
@@ -271,6 +271,28 @@ def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend:
     assert len(chats) == sent
     assert len(CaptureReader(folder).entries()) == len(records)  # the index has them too
     assert all(r["client"]["response"]["complete"] and r["error"] is None for r in chats)
+
+
+def test_a_quiet_gateway_has_its_records_written_while_it_keeps_serving(tmp_path: Path, backend: Replayer) -> None:
+    """The capture process holds what it receives while the gateway is busy and builds it when the
+    gateway is quiet (``server.capture_pace``): no stop is needed for the records to be there."""
+    folder = tmp_path / "capture"
+    with serve(tmp_path, backend.url, "--workers", "2", "--capture", str(folder)) as served:
+        served.worker_pids(2)
+        sent = 30
+        for i in range(sent):
+            status, _, _ = served.call("POST", "/v1/chat/completions", {**CHAT, "stream": i % 3 == 0})
+            assert status == 200
+        deadline = time.monotonic() + 20
+        while True:
+            entries = [e for e in CaptureReader(folder).entries() if e["path"] == "/v1/chat/completions"]
+            if len(entries) == sent or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(entries) == sent
+        assert served.process.poll() is None  # still serving
+        assert stop(served) == 0
+    assert len([r for r in CaptureReader(folder).records() if r["error"] is None]) >= sent
 
 
 def test_a_capture_folder_that_cannot_be_written_stops_the_start(tmp_path: Path, backend: Replayer) -> None:

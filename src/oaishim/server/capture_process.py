@@ -8,7 +8,7 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
   (:class:`CaptureProcess`); the writer accepts one connection per worker, a restarted worker too.
 * In a worker, :class:`RemoteWriter` stands where the thread writer stands, and runs in the
   event loop: ``submit`` (once the response has ended) pickles the raw exchange as tuples into a
-  length-prefixed frame (3 µs for a 16-chunk stream) and arms a timer; every ``interval`` one
+  frame (its size and the worker's drop count, then the payload; 3 µs for a 16-chunk stream) and arms a timer; every ``interval`` one
   non-blocking ``send`` hands the frames to the kernel. No thread: a sender thread took the GIL
   from the event loop for up to the interpreter's switch interval (5 ms), which was the capture's
   whole cost at p99 (bench/README.md).
@@ -17,14 +17,15 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
   and once ``queue_size`` exchanges wait ``submit`` drops and counts (the ``oaishim_capture_dropped``
   metric, a log line at 1, 2, 4, … drops): a record is never lost silently. The writer keeps the sum
   of every worker's drops in the index, as the thread writer does.
-* The checker's budget (``CheckBudget``) is a tenth of the usable cores (at most half a core) of the
-  writer process, and never more than half of what the machine leaves idle: on cores the gateway
-  keeps busy it waits. The writer runs in the idle scheduling class while it keeps up, at nice 10
-  while it is behind (:class:`Priority`). Past the budget,
+* The capture process reads every frame as it comes and holds the exchanges; it builds their
+  records when the gateway is quiet, at a small share of the time while it is busy, and without
+  pause once it is behind (``server.capture_pace``: a record is late under load, not lost). The
+  checker's budget (``CheckBudget``) is a tenth of the usable cores (at most half a core) of the
+  writer process, and never more than half of what the machine leaves idle. Past the budget,
   records are written unchecked (``findings: null``) rather than dropped; ``oaishim inspect``
   checks them.
 * Shutdown: the workers stop first and flush their queues; the writer then reads every connection
-  to its end, commits, and exits.
+  to its end, builds every record it holds, commits, and exits.
 """
 
 from __future__ import annotations
@@ -42,24 +43,24 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 
 from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
 from oaishim.server.asgi import Scope
+from oaishim.server.capture_pace import WRITER_NICE, Backlog, Pace, Priority
 from oaishim.server.config import Settings
 from oaishim.server.knobs import IdleCores, usable_cores
 from oaishim.server.recording import CheckBudget, Recorder, Recording, recording_for
 from oaishim.server.workers import die_with_parent
 
 log = logging.getLogger("oaishim.capture")
-FRAME = struct.Struct("!I")
+FRAME = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the pickled exchange
 # The checker's share of one core in the writer process: a tenth of the cores this gateway may use,
 # at most half a core (on 2 cores the serving process needs the other one under load)
 WRITER_CHECK_SHARE = min(0.5, 0.1 * usable_cores())
 WRITER_CHECK_BURST = 0.05  # seconds of checking ahead of the share (a long burst is a core taken under load)
 IOV_BATCH = 256  # frames one sendmsg is given at most (the kernel allows 1,024)
-WRITER_NICE = 10  # a lower CPU priority than the serving processes'
+COMMIT_EVERY = 0.05  # seconds between the index's commits while records are being built
 STOP_WAIT = 30.0  # seconds the writer waits for its connections to end once asked to stop
 
 
@@ -91,7 +92,7 @@ class RemoteWriter:
             self._drop(1, "capture queue full")
             self._arm()
             return False
-        self._frame((self.dropped, to_tuple(exchange)), 1)
+        self._frame(pickle.dumps(to_tuple(exchange), pickle.HIGHEST_PROTOCOL), 1)
         self._arm()
         return True
 
@@ -109,7 +110,7 @@ class RemoteWriter:
         """Hand what is held to the kernel: what its buffer takes now, or (``wait``) all of it,
         waiting that many seconds at most. A drop count not yet sent goes in a frame of its own."""
         if self.dropped != self._counted:  # drops since the last frame: the capture process keeps the latest count
-            self._frame((self.dropped, None), 0)
+            self._frame(b"", 0)
         if not self._queue:
             return
         try:
@@ -146,11 +147,11 @@ class RemoteWriter:
         self._offset = taken
         return whole
 
-    def _frame(self, item: tuple[int, object], count: int) -> None:
-        payload = pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
-        self._queue.append((FRAME.pack(len(payload)) + payload, count))
+    def _frame(self, payload: bytes, count: int) -> None:
+        """Queue one frame: an exchange's payload (``count`` 1), or none (0) to carry the drop count."""
+        self._queue.append((FRAME.pack(len(payload), self.dropped) + payload, count))
         self.held += count
-        self._counted = item[0]
+        self._counted = self.dropped
 
     def _arm(self) -> None:
         """Flush within ``interval`` (now, outside an event loop): one send for many exchanges."""
@@ -214,59 +215,6 @@ class RemoteRecording:
 
 
 # -- the capture process ----------------------------------------------------------------------------
-class Priority:
-    """The writer's CPU priority: the idle class while it keeps up, so a serving process that wakes
-    always takes the core at once (at nice 10 alone, a burst of records held a core for milliseconds
-    at a time: the c1 p99 went from 1.3 to 3 ms); nice 10 while it is ``BEHIND`` seconds behind, so
-    a gateway that keeps every core busy does not starve it into dropping exchanges. Where the idle
-    class could not be left again (an unprivileged user whose RLIMIT_NICE does not allow nice 10,
-    see sched(7)), it stays at nice 10."""
-
-    # Seconds between an exchange's end and its record (20 ms of it the workers' send interval).
-    # Past BEHIND the writer takes its share: well before the workers' queues (1024 exchanges, half
-    # a second at 2,000 requests/s) fill and drop.
-    BEHIND = 0.1
-    CAUGHT_UP = 0.04
-
-    def __init__(self, set_idle: Callable[[bool], bool] | None = None) -> None:
-        self._set = set_idle or _set_idle
-        self.idle = False
-        self.switches = 0
-        if (set_idle is not None or _can_leave_idle()) and self._set(True):
-            self.idle = True
-
-    def note(self, lag: float) -> None:
-        """How far behind the writer is (the age of the exchange it just wrote, in seconds)."""
-        if self.idle and lag > self.BEHIND:
-            if self._set(False):
-                self.idle = False
-                self.switches += 1
-                log.info("capture: %.1f s behind; the writer takes its share of the cores until it catches up", lag)
-        elif not self.idle and self.switches and lag < self.CAUGHT_UP and self._set(True):
-            self.idle = True
-
-
-def _set_idle(idle: bool) -> bool:
-    policy = getattr(os, "SCHED_IDLE", None) if idle else getattr(os, "SCHED_OTHER", None)
-    if policy is None:
-        return False
-    try:
-        os.sched_setscheduler(0, policy, os.sched_param(0))
-    except OSError:
-        return False
-    return True
-
-
-def _can_leave_idle() -> bool:
-    """Whether this process may switch back from SCHED_IDLE to the normal class at nice 10."""
-    if os.geteuid() == 0:
-        return True
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
-    return soft == resource.RLIM_INFINITY or soft >= 20 - WRITER_NICE
-
-
 def writer_recording(settings: Settings) -> Recording:
     """The recording the capture process builds records with (the gateway's redaction and checks)."""
     budget = CheckBudget(share=WRITER_CHECK_SHARE, burst=WRITER_CHECK_BURST, idle=IdleCores())
@@ -334,7 +282,7 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with contextlib.suppress(OSError):
         os.nice(WRITER_NICE)  # the serving processes first when the cores are all busy
-    priority = Priority()
+    priority, pace, backlog = Priority(), Pace(), Backlog()
     writer = recording.writer
     writer.open_index()
     selector = selectors.DefaultSelector()
@@ -344,9 +292,10 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
     numbers: dict[socket.socket, int] = {}
     counter = itertools.count()
     deadline = None
+    dirty = False  # built or counted since the last commit
+    committed = time.monotonic()
     while True:
-        wrote = False
-        for key, _ in selector.select(timeout=0.2):
+        for key, _ in selector.select(timeout=0 if stopping.is_set() else pace.wait(backlog)):
             sock = key.fileobj
             assert isinstance(sock, socket.socket)
             if sock is listener:
@@ -355,45 +304,59 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
                 buffers[conn] = bytearray()
                 numbers[conn] = next(counter)
                 continue
+            if pace.full(backlog):
+                continue  # left in the socket: the workers hold what follows, and count what they drop
             data = sock.recv(1 << 20)
             if not data:
                 selector.unregister(sock)
                 sock.close()
                 del buffers[sock], numbers[sock]
                 continue
+            pace.arrived()
             buffer = buffers[sock]
             buffer += data
-            for dropped, exchange in _frames(buffer):
+            at = time.monotonic()
+            for dropped, payload in _frames(buffer):
                 drops[numbers[sock]] = dropped
-                if exchange is not None:
-                    writer.write(exchange)
-                    if exchange.end_ns:  # perf_counter_ns: the system's monotonic clock, the same in every process
-                        priority.note((time.perf_counter_ns() - exchange.end_ns) / 1e9)
-                wrote = True
-        if wrote:
+                if payload:
+                    backlog.add(at, payload)
+                dirty = True
+        if stopping.is_set():  # everything held is written before the process ends
+            deadline = deadline or time.monotonic() + STOP_WAIT
+        if pace.may_build(backlog) or (backlog and deadline is not None):
+            started = time.perf_counter()
+            writer.write(decode(backlog.take()))
+            pace.built(time.perf_counter() - started)
+        priority.follow(pace.behind or deadline is not None)
+        now_s = time.monotonic()
+        if dirty and (not backlog or now_s - committed >= COMMIT_EVERY):
             writer.dropped = sum(drops.values())
             writer.commit()
-        if stopping.is_set():
-            deadline = deadline or time.monotonic() + STOP_WAIT
-            if not buffers or time.monotonic() > deadline:
-                break
+            dirty, committed = False, now_s
+        if deadline is not None and ((not buffers and not backlog) or now_s > deadline):
+            break
+    if backlog:
+        log.error("capture: %d exchange(s) not written: the stop's %g s ran out", len(backlog), STOP_WAIT)
     writer.dropped = sum(drops.values())
     writer.finish()
     log.info("capture: %d exchange(s) written, %d dropped, %d failed", writer.written, writer.dropped, writer.failed)
     return 0
 
 
-def _frames(buffer: bytearray) -> list[tuple[int, RawExchange | None]]:
-    """The complete frames at the buffer's start (taken out of it)."""
-    out: list[tuple[int, RawExchange | None]] = []
+def _frames(buffer: bytearray) -> list[tuple[int, bytes]]:
+    """The complete frames at the buffer's start (taken out of it): (the drop count, the payload)."""
+    out: list[tuple[int, bytes]] = []
     start = 0
     while len(buffer) - start >= FRAME.size:
-        (size,) = FRAME.unpack_from(buffer, start)
+        size, dropped = FRAME.unpack_from(buffer, start)
         if len(buffer) - start - FRAME.size < size:
             break
-        body = bytes(buffer[start + FRAME.size : start + FRAME.size + size])
-        dropped, exchange = pickle.loads(body)  # from this gateway's own workers, through a 0700 folder
-        out.append((dropped, from_tuple(exchange) if exchange is not None else None))
+        out.append((dropped, bytes(buffer[start + FRAME.size : start + FRAME.size + size])))
         start += FRAME.size + size
     del buffer[:start]
     return out
+
+
+def decode(payload: bytes) -> RawExchange:
+    """One frame's exchange (from this gateway's own workers, through a 0700 folder)."""
+    return from_tuple(pickle.loads(payload))

@@ -1,0 +1,165 @@
+"""When the capture process builds its records, and at what CPU priority (``server.capture_process``).
+
+Building a record (decoding, redaction, the checker, the JSON line, the index) costs the capture
+process ten to forty times what handing the exchange over cost the serving process. On a machine
+of two cores that work runs beside the serving process, the upstream and the clients, and took
+the gateway's latency tail with it (c1 p99 1.3 → 3.3 ms) even in the idle scheduling class. So the
+capture process reads every frame at once (the workers never wait on it) and keeps what it reads
+in a :class:`Backlog`, and :class:`Pace` says when to build from it:
+
+* while the gateway is **quiet** (no frame for ``QUIET`` seconds): build, one record at a time,
+  looking at the sockets between records, so the next request finds the core free;
+* while it is **busy**: a ``SHARE`` of the wall time (in slices of one record), which keeps up
+  with a light load and leaves a heavy one alone;
+* once the backlog is **behind** (half of ``BACKLOG_BYTES`` held, or its oldest exchange
+  ``BACKLOG_AGE`` seconds old): build without pause, at nice 10 rather than in the idle class
+  (:class:`Priority`), until it is down to half of both. With ``BACKLOG_BYTES`` held the capture
+  process stops reading (:meth:`Pace.full`): it no longer keeps up even at full pace, its sockets
+  fill, and the workers drop and count, as before.
+
+A record is therefore late under load (at most ``BACKLOG_AGE`` seconds), never lost: on SIGTERM
+the capture process builds all it holds before it exits. A ``kill -9`` of the capture process
+loses what it held (the exchanges are not written to disk unredacted to keep them).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+
+log = logging.getLogger("oaishim.capture")
+WRITER_NICE = 10  # a lower CPU priority than the serving processes'
+
+
+class Backlog:
+    """Exchanges received and not yet built, as the frames' payloads (pickled), oldest first."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[float, bytes]] = deque()  # (when it arrived, payload)
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, at: float, payload: bytes) -> None:
+        self._items.append((at, payload))
+        self.bytes += len(payload)
+
+    def take(self) -> bytes:
+        _, payload = self._items.popleft()
+        self.bytes -= len(payload)
+        return payload
+
+    def oldest(self) -> float:
+        """When the oldest exchange held arrived (``inf`` when none is)."""
+        return self._items[0][0] if self._items else math.inf
+
+
+class Pace:
+    """Whether the capture process may build a record now (see the module)."""
+
+    QUIET = 0.05  # seconds without a frame: the gateway has nothing in hand
+    SHARE = 0.05  # of the wall time, while the gateway is busy
+    BURST = 0.002  # seconds of building ahead of the share
+    BACKLOG_BYTES = 256 << 20
+    BACKLOG_AGE = 120.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.last_frame = -math.inf
+        self.tokens = self.BURST
+        self._last = clock()
+        self.behind = False
+        self._metered = False  # the build now allowed is paid from the share
+
+    def arrived(self) -> None:
+        self.last_frame = self.clock()
+
+    def may_build(self, backlog: Backlog) -> bool:
+        self._metered = False
+        if not backlog:
+            self.behind = False
+            return False
+        now = self.clock()
+        self.tokens = min(self.BURST, self.tokens + (now - self._last) * self.SHARE)
+        self._last = now
+        age = now - backlog.oldest()
+        if backlog.bytes > self.BACKLOG_BYTES // 2 or age > self.BACKLOG_AGE:
+            self.behind = True
+        elif backlog.bytes <= self.BACKLOG_BYTES // 4 and age <= self.BACKLOG_AGE / 2:
+            self.behind = False
+        if self.behind or now - self.last_frame >= self.QUIET:
+            return True
+        self._metered = self.tokens > 0
+        return self._metered
+
+    def full(self, backlog: Backlog) -> bool:
+        """Whether to stop reading frames until some are built (the workers then hold and drop)."""
+        return backlog.bytes >= self.BACKLOG_BYTES
+
+    def built(self, seconds: float) -> None:
+        """One record took ``seconds``: paid from the share when the gateway was busy."""
+        if self._metered:
+            self.tokens -= seconds
+
+    def wait(self, backlog: Backlog) -> float:
+        """Seconds until a build may be allowed, frames aside (how long to wait on the sockets)."""
+        if not backlog:
+            return 0.2
+        if self.behind:
+            return 0.0
+        now = self.clock()
+        quiet_in = self.QUIET - (now - self.last_frame)
+        share_in = -self.tokens / self.SHARE if self.tokens <= 0 else 0.0
+        return max(0.0, min(quiet_in, share_in, 0.2))
+
+
+class Priority:
+    """The writer's CPU priority: the idle class while it keeps pace, so a serving process that
+    wakes always takes the core at once (at nice 10 alone, a burst of records held a core for
+    milliseconds at a time: the c1 p99 went from 1.3 to 3 ms); nice 10 while it is behind, so a
+    gateway that keeps every core busy does not starve it into dropping exchanges. Where the idle
+    class could not be left again (an unprivileged user whose RLIMIT_NICE does not allow nice 10,
+    see sched(7)), it stays at nice 10."""
+
+    def __init__(self, set_idle: Callable[[bool], bool] | None = None) -> None:
+        self._set = set_idle or _set_idle
+        self.idle = False
+        self.switches = 0
+        if (set_idle is not None or _can_leave_idle()) and self._set(True):
+            self.idle = True
+
+    def follow(self, behind: bool) -> None:
+        """Take the priority that fits: nice 10 when behind, the idle class again once it is not."""
+        if self.idle and behind:
+            if self._set(False):
+                self.idle = False
+                self.switches += 1
+                log.info("capture: the writer is behind; it takes its share of the cores until it catches up")
+        elif not self.idle and not behind and self.switches and self._set(True):
+            self.idle = True
+
+
+def _set_idle(idle: bool) -> bool:
+    policy = getattr(os, "SCHED_IDLE", None) if idle else getattr(os, "SCHED_OTHER", None)
+    if policy is None:
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError:
+        return False
+    return True
+
+
+def _can_leave_idle() -> bool:
+    """Whether this process may switch back from SCHED_IDLE to the normal class at nice 10."""
+    if os.geteuid() == 0:
+        return True
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    return soft == resource.RLIM_INFINITY or soft >= 20 - WRITER_NICE

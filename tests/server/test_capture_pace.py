@@ -1,0 +1,146 @@
+"""When the capture process builds records (``server.capture_pace``): on a clock the test moves, so
+each rule (quiet, the busy share, behind, full) is seen to decide; the real process is driven end
+to end in ``test_workers``."""
+
+from __future__ import annotations
+
+import pytest
+
+from oaishim.server.capture_pace import Backlog, Pace, Priority
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def held(clock: Clock, *sizes: int) -> Backlog:
+    backlog = Backlog()
+    for size in sizes:
+        backlog.add(clock.now, b"x" * size)
+    return backlog
+
+
+def test_the_backlog_is_first_in_first_out_and_counts_its_bytes(clock: Clock) -> None:
+    backlog = Backlog()
+    backlog.add(1.0, b"ab")
+    backlog.add(2.0, b"cde")
+    assert (len(backlog), backlog.bytes, backlog.oldest()) == (2, 5, 1.0)
+    assert backlog.take() == b"ab"
+    assert (len(backlog), backlog.bytes, backlog.oldest()) == (1, 3, 2.0)
+    assert backlog.take() == b"cde"
+    assert not backlog and backlog.bytes == 0 and backlog.oldest() == float("inf")
+
+
+def test_nothing_held_nothing_built(clock: Clock) -> None:
+    pace = Pace(clock)
+    assert not pace.may_build(Backlog())
+    assert pace.wait(Backlog()) == 0.2
+
+
+def test_a_quiet_gateway_gets_every_record_built(clock: Clock) -> None:
+    pace = Pace(clock)
+    backlog = held(clock, 10, 10, 10)
+    pace.arrived()
+    clock.now += Pace.QUIET * 1.01
+    for _ in range(3):
+        assert pace.may_build(backlog)
+        backlog.take()
+        pace.built(1.0)  # however long: quiet time is not counted against the share
+    assert pace.tokens == Pace.BURST
+
+
+def test_a_busy_gateway_gets_a_share_of_the_time(clock: Clock) -> None:
+    pace = Pace(clock)
+    backlog = held(clock, *[10] * 1000)
+    built = 0
+    for _ in range(1000):  # frames every millisecond for a second, a record costing 0.5 ms
+        clock.now += 0.001
+        pace.arrived()
+        if pace.may_build(backlog):
+            backlog.take()
+            pace.built(0.0005)
+            built += 1
+    spent = built * 0.0005
+    assert Pace.SHARE * 0.8 <= spent <= Pace.SHARE + Pace.BURST + 0.0005
+    assert not pace.behind
+
+
+def test_the_wait_ends_when_the_share_or_the_quiet_allows_a_build(clock: Clock) -> None:
+    pace = Pace(clock)
+    backlog = held(clock, 10)
+    pace.arrived()
+    assert pace.may_build(backlog)  # the burst
+    pace.built(0.004)  # 2 ms past it: the share pays that back in 40 ms
+    assert not pace.may_build(backlog)
+    assert pace.wait(backlog) == pytest.approx(0.04)  # sooner than the quiet's 50 ms
+    pace.built(0.0)
+    clock.now += 0.01
+    pace.arrived()
+    pace.may_build(backlog)
+    assert pace.wait(backlog) == pytest.approx(min(Pace.QUIET, 0.0015 / Pace.SHARE))
+
+
+def test_a_backlog_past_half_its_bytes_is_behind_until_a_quarter(clock: Clock) -> None:
+    pace = Pace(clock)
+    half = Pace.BACKLOG_BYTES // 2
+    backlog = held(clock, half, 1)
+    pace.arrived()
+    pace.tokens = -1.0  # the share spent: only being behind allows a build
+    assert pace.may_build(backlog) and pace.behind
+    assert pace.wait(backlog) == 0.0
+    backlog.take()  # down to 1 byte: a quarter or less, and young
+    assert not pace.may_build(backlog) and not pace.behind
+
+
+def test_a_backlog_whose_oldest_is_too_old_is_behind(clock: Clock) -> None:
+    pace = Pace(clock)
+    backlog = held(clock, 10)
+    clock.now += Pace.BACKLOG_AGE + 1
+    pace.arrived()
+    pace.tokens = -1.0
+    assert pace.may_build(backlog) and pace.behind
+
+
+def test_a_full_backlog_stops_the_reading(clock: Clock) -> None:
+    pace = Pace(clock)
+    assert not pace.full(held(clock, Pace.BACKLOG_BYTES - 1))
+    assert pace.full(held(clock, Pace.BACKLOG_BYTES))
+
+
+def test_the_writer_is_idle_while_it_keeps_pace_and_takes_its_share_when_behind() -> None:
+    calls: list[bool] = []
+    allowed = [True]
+
+    def set_idle(idle: bool) -> bool:
+        calls.append(idle)
+        return allowed[0]
+
+    priority = Priority(set_idle)
+    assert priority.idle and calls == [True]
+    priority.follow(False)
+    assert priority.idle and calls == [True]
+    priority.follow(True)
+    assert not priority.idle and calls == [True, False]
+    priority.follow(True)
+    assert calls == [True, False]  # no switch per record
+    priority.follow(False)
+    assert priority.idle and calls == [True, False, True]
+    allowed[0] = False  # the kernel refuses the switch: the writer says what it really is
+    priority.follow(True)
+    assert priority.idle and calls[-1] is False
+
+
+def test_a_writer_that_cannot_enter_the_idle_class_stays_at_its_nice_value() -> None:
+    priority = Priority(lambda idle: False)
+    priority.follow(True)
+    priority.follow(False)
+    assert not priority.idle and priority.switches == 0
