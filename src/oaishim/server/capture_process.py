@@ -295,7 +295,7 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
     dirty = False  # built or counted since the last commit
     committed = time.monotonic()
     while True:
-        for key, _ in selector.select(timeout=0 if stopping.is_set() else pace.wait(backlog)):
+        for key, _ in selector.select(timeout=0 if stopping.is_set() and backlog else pace.wait(backlog)):
             sock = key.fileobj
             assert isinstance(sock, socket.socket)
             if sock is listener:
@@ -316,17 +316,20 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
             buffer = buffers[sock]
             buffer += data
             at = time.monotonic()
+            number = numbers[sock]
             for dropped, payload in _frames(buffer):
-                drops[numbers[sock]] = dropped
+                if drops.get(number, 0) != dropped:
+                    drops[number] = dropped
+                    dirty = True
                 if payload:
                     backlog.add(at, payload)
-                dirty = True
         if stopping.is_set():  # everything held is written before the process ends
             deadline = deadline or time.monotonic() + STOP_WAIT
         if pace.may_build(backlog) or (backlog and deadline is not None):
             started = time.perf_counter()
             writer.write(decode(backlog.take()))
             pace.built(time.perf_counter() - started)
+            dirty = True
         priority.follow(pace.behind or deadline is not None)
         now_s = time.monotonic()
         if dirty and (not backlog or now_s - committed >= COMMIT_EVERY):
