@@ -48,7 +48,8 @@ LEFT_OUT = ("wire/errors.py",)
 # request against them as Python), the upstream client and its pool, the exchange's records, the
 # ASGI helpers, metrics, the access log, the key check and the masking of secrets (-90k
 # instructions a plain request, on top of the core's -130k), and the stream's direct path
-# (server.direct: -2.7k a chunk); and the record's build in the capture writer (capture.build, record,
+# (server.direct: -2.7k a chunk), a capture's recorder (server.recorder: its wrappers of every
+# message and chunk); and the record's build in the capture writer (capture.build, record,
 # timeline, index: a plain record without the checker 53 -> 38 us; capture.store's `_thread`
 # attribute is a C keyword to mypyc 2.4's output, so it stays Python). The request's coroutines (app, dispatch, relay) stay Python:
 # compiled with them, the gateway crashed at start-up (a segfault, mypyc 2.4), and seam's wrappers
@@ -67,6 +68,7 @@ HOT = (
             "h1cycle",
             "http",
             "metrics",
+            "recorder",
             "upstream",
         )
     ),

@@ -1,14 +1,10 @@
 """Recording exchanges as they pass (``oaishim serve --capture DIR``, ``oaishim capture``).
 
-A :class:`Recorder` follows one exchange through its phases, as mitmproxy's hooks do: the client
-request received (``wrap`` sees every ASGI message), the upstream request sent and its response
-headers, and each upstream read (:class:`RecordingUpstream`, a wrapper around the upstream seam),
-each piece sent to the client (``wrap`` again), and the end (``end``). A stream's pieces relayed
-where the upstream's bytes arrive (``server.direct``) are noted there too: the upstream's by the
-sink :class:`AttachableRecordingResponse` hands the connection, the client's by the direct write
-:meth:`Recorder.direct` wraps, so a capture keeps that path. On the request path it only reads a
-clock and appends references to lists; the record is built, redacted, checked and written by the
-store's thread (``capture.store``) or the capture process, and ``end`` never blocks.
+A :class:`~oaishim.server.recorder.Recorder` (compiled with the core: it runs for every message
+and chunk) follows one exchange through its phases. Here are the parts that stay Python: the
+seam's wrappers that feed it (:class:`RecordingUpstream` around any ``server.seam.Upstream``, and
+its responses), the writer thread's record build and its checker's budget (:class:`CheckBudget`),
+and :class:`Recording`, where a gateway's or a proxy's exchanges go.
 """
 
 from __future__ import annotations
@@ -16,114 +12,21 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Protocol, cast
+from typing import cast
 
 from oaishim.capture.build import build_record, warm_up
-from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
+from oaishim.capture.raw import Mode, RawExchange, RawResponse
 from oaishim.capture.record import Record
 from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
 from oaishim.check import CheckOptions
-from oaishim.server.asgi import Message, Receive, Scope, Send
+from oaishim.server.asgi import Scope
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.direct import Attachable
-from oaishim.server.exchange import DirectBody
+from oaishim.server.recorder import Recorder, Submit
 from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
 
-now = time.perf_counter_ns
-
-
-class Submit(Protocol):
-    """Where a finished exchange goes: the writer thread, or the capture process (server.capture_process)."""
-
-    def submit(self, exchange: RawExchange) -> bool: ...
-
-
-class Recorder:
-    __slots__ = ("_writer", "raw")
-
-    def __init__(self, writer: Submit, scope: Scope, mode: Mode) -> None:
-        self._writer = writer
-        t0 = now()
-        query = scope.get("query_string", b"")
-        target = scope.get("raw_path") or scope["path"].encode()
-        target = (target + b"?" + query) if query else target
-        self.raw = RawExchange(t0, time.time(), mode)
-        self.raw.client_request = RawRequest(t0, scope["method"], target.decode("latin-1"), scope["headers"])
-
-    def wrap(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
-        """The ASGI receive and send of this exchange, recording what passes through them."""
-        request = self.raw.client_request
-        assert request is not None
-
-        async def recording_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                request.t_ns = now()
-                request.body.append(message.get("body", b""))
-            return message
-
-        async def recording_send(message: Message) -> None:
-            if message["type"] == "http.response.body":
-                response = self.raw.client_response
-                if response is not None:
-                    response.reads.append((now(), message.get("body", b"")))
-                    response.complete = not message.get("more_body", False)
-            elif message["type"] == "http.response.start":
-                self.raw.client_response = RawResponse(now(), message["status"], message.get("headers", []))
-            await send(message)
-
-        return recording_receive, recording_send
-
-    def direct(self, direct_body: DirectBody | None) -> DirectBody | None:
-        """The server's direct write of body pieces (``server.direct``), noting each piece as sent."""
-        if direct_body is None:
-            return None
-        raw = self.raw
-
-        def recording_direct(scope: Scope) -> tuple[Callable[[], bool], Callable[[bytes], None]] | None:
-            found = direct_body(scope)
-            if found is None:
-                return None
-            ready, write = found
-
-            def recording_write(data: bytes) -> None:
-                response = raw.client_response
-                if response is not None:
-                    response.reads.append((now(), data))
-                write(data)
-
-            return ready, recording_write
-
-        return recording_direct
-
-    def upstream_read(self, piece: bytes, opened: RawResponse | None = None, t_ns: int = 0) -> None:
-        """Each piece read from the upstream (at ``t_ns``, or now); ``b""`` when its body ended.
-        ``opened``: the response the piece belongs to; a record holds one upstream answer, so pieces
-        of another (n fanned out: the copies' answers) are not mixed into it."""
-        response = self.raw.upstream_response
-        if response is not None and (opened is None or opened is response):
-            if piece:
-                response.reads.append((t_ns or now(), piece))
-            else:
-                response.complete = True
-
-    def upstream_sent(self, t_ns: int, response: UpstreamResponse, body: bytes | None) -> RawResponse:
-        sent = response.request
-        self.raw.upstream_request = RawRequest(t_ns, sent.method, sent.url, sent.headers)
-        self.raw.upstream_request.body.append(body or b"")
-        self.raw.upstream_response = RawResponse(now(), response.status, list(response.headers))
-        return self.raw.upstream_response
-
-    def end(self, error: str | None = None) -> None:
-        self.raw.end_ns = now()
-        response = self.raw.client_response
-        if error is None and response is None:
-            error = "no response was sent: the client went away first"
-        elif error is None and response is not None and not response.complete:
-            error = "the client went away before the response ended"
-        self.raw.error = error
-        self._writer.submit(self.raw)
+__all__ = ["CheckBudget", "Recorder", "Recording", "RecordingUpstream", "Submit", "recording_for"]
 
 
 class RecordingUpstream(UpstreamWrapper):
@@ -145,7 +48,7 @@ class RecordingUpstream(UpstreamWrapper):
         content_type: str | None = "application/json",
         headers: list[tuple[str, str]] | None = None,
     ) -> UpstreamResponse:
-        started = now()
+        started = time.perf_counter_ns()
         response = await self.inner.open(route, method, path, body, content_type, headers)
         opened = self.recorder.upstream_sent(started, response, body)
         if hasattr(response, "attach"):  # the raw connection's: its pieces can be relayed direct
@@ -160,12 +63,8 @@ class RecordingResponse(ResponseWrapper):
         super().__init__(inner)
         self.recorder, self.opened = recorder, opened
 
-    async def pieces(self) -> AsyncIterator[bytes]:
-        read, opened = self.recorder.upstream_read, self.opened
-        async for piece in self.inner.pieces():
-            read(piece, opened)
-            yield piece
-        read(b"", opened)
+    def pieces(self) -> AsyncIterator[bytes]:
+        return self.recorder.pieces(self.inner.pieces(), self.opened)
 
 
 class AttachableRecordingResponse(RecordingResponse):
@@ -175,16 +74,7 @@ class AttachableRecordingResponse(RecordingResponse):
     __slots__ = ()
 
     def attach(self, sink: Callable[[bytes], bool]) -> None:
-        read, opened = self.recorder.upstream_read, self.opened
-
-        def recording_sink(piece: bytes) -> bool:
-            t_ns = now()  # when it arrived, before the sink relays it to the client
-            if not sink(piece):
-                return False
-            read(piece, opened, t_ns)
-            return True
-
-        cast(Attachable, self.inner).attach(recording_sink)
+        cast(Attachable, self.inner).attach(self.recorder.sink(sink, self.opened))
 
     def detach(self) -> None:
         cast(Attachable, self.inner).detach()

@@ -1,0 +1,202 @@
+"""One exchange's recorder: what a capture notes on the request path, compiled with the core.
+
+A :class:`Recorder` follows one exchange through its phases, as mitmproxy's hooks do: the client
+request received (``wrap`` sees every ASGI message), the upstream request sent and its response
+headers (``upstream_sent``), each upstream read (``upstream_read``), each piece sent to the client
+(``wrap`` again), and the end (``end``). A stream's pieces relayed where the upstream's bytes
+arrive (``server.direct``) are noted there too: the upstream's by :class:`RecordingSink`, which
+stands between the connection and the direct path's sink, the client's by :class:`RecordingWrite`,
+which wraps the direct write. It only reads a clock and appends references to lists; the record is
+built, redacted, checked and written later, by the store's thread (``capture.store``) or the
+capture process, and ``end`` never blocks.
+
+These run for every message and every streamed chunk of a captured exchange, so they live here,
+in a module ``hatch_build`` compiles, and not beside the seam's wrappers (``server.recording``),
+which Python classes subclass and which therefore stay interpreted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
+from oaishim.server.asgi import Message, Receive, Scope, Send
+from oaishim.server.exchange import DirectBody
+from oaishim.server.seam import UpstreamResponse
+
+now = time.perf_counter_ns
+
+
+class Submit(Protocol):
+    """Where a finished exchange goes: the writer thread, or the capture process (server.capture_process)."""
+
+    def submit(self, exchange: RawExchange) -> bool: ...
+
+
+class Recorder:
+    __slots__ = ("_writer", "raw")
+
+    def __init__(self, writer: Submit, scope: Scope, mode: Mode) -> None:
+        self._writer = writer
+        t0 = now()
+        query: bytes = scope.get("query_string", b"")
+        target: bytes = scope.get("raw_path") or scope["path"].encode()
+        target = (target + b"?" + query) if query else target
+        self.raw = RawExchange(t0, time.time(), mode)
+        self.raw.client_request = RawRequest(t0, scope["method"], target.decode("latin-1"), scope["headers"])
+
+    def wrap(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
+        """The ASGI receive and send of this exchange, recording what passes through them."""
+        return RecordingReceive(self.raw, receive), RecordingSend(self.raw, send)
+
+    def direct(self, direct_body: DirectBody | None) -> DirectBody | None:
+        """The server's direct write of body pieces (``server.direct``), noting each piece as sent."""
+        if direct_body is None:
+            return None
+        return RecordingDirect(self.raw, direct_body)
+
+    def sink(self, sink: Callable[[bytes], bool], opened: RawResponse | None) -> Callable[[bytes], bool]:
+        """The direct path's sink, noting each upstream piece it takes (one it declines is noted
+        by ``pieces``, which reads it)."""
+        return RecordingSink(self, sink, opened)
+
+    def pieces(self, inner: AsyncIterator[bytes], opened: RawResponse | None) -> AsyncIterator[bytes]:
+        """The upstream body's pieces, each noted as it is read, and the end."""
+        return RecordedPieces(self, inner, opened)
+
+    def upstream_read(self, piece: bytes, opened: RawResponse | None = None, t_ns: int = 0) -> None:
+        """Each piece read from the upstream (at ``t_ns``, or now); ``b""`` when its body ended.
+        ``opened``: the response the piece belongs to; a record holds one upstream answer, so pieces
+        of another (n fanned out: the copies' answers) are not mixed into it."""
+        response = self.raw.upstream_response
+        if response is not None and (opened is None or opened is response):
+            if piece:
+                response.reads.append((t_ns or now(), piece))
+            else:
+                response.complete = True
+
+    def upstream_sent(self, t_ns: int, response: UpstreamResponse, body: bytes | None) -> RawResponse:
+        """The upstream request (sent at ``t_ns``) and its response's head, received now."""
+        sent = response.request
+        request = RawRequest(t_ns, sent.method, sent.url, sent.headers)
+        request.body.append(body or b"")
+        self.raw.upstream_request = request
+        opened = self.raw.upstream_response = RawResponse(now(), response.status, list(response.headers))
+        return opened
+
+    def end(self, error: str | None = None) -> None:
+        self.raw.end_ns = now()
+        response = self.raw.client_response
+        if error is None and response is None:
+            error = "no response was sent: the client went away first"
+        elif error is None and response is not None and not response.complete:
+            error = "the client went away before the response ended"
+        self.raw.error = error
+        self._writer.submit(self.raw)
+
+
+class RecordedPieces:
+    """An upstream body's pieces, each noted as it is read, then its end (an async generator's
+    work, as a class: mypyc compiles no async generator)."""
+
+    __slots__ = ("_ended", "_inner", "_opened", "_recorder")
+
+    def __init__(self, recorder: Recorder, inner: AsyncIterator[bytes], opened: RawResponse | None) -> None:
+        self._recorder, self._inner, self._opened = recorder, inner.__aiter__(), opened
+        self._ended = False
+
+    def __aiter__(self) -> RecordedPieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            piece = await self._inner.__anext__()
+        except StopAsyncIteration:
+            if not self._ended:
+                self._ended = True
+                self._recorder.upstream_read(b"", self._opened)
+            raise
+        self._recorder.upstream_read(piece, self._opened)
+        return piece
+
+
+class RecordingReceive:
+    """The ASGI receive, noting the request body's pieces and when the last arrived."""
+
+    __slots__ = ("_raw", "_receive")
+
+    def __init__(self, raw: RawExchange, receive: Receive) -> None:
+        self._raw, self._receive = raw, receive
+
+    async def __call__(self) -> Message:
+        message = await self._receive()
+        request = self._raw.client_request
+        if request is not None and message["type"] == "http.request":
+            request.t_ns = now()
+            request.body.append(message.get("body", b""))
+        return message
+
+
+class RecordingSend:
+    """The ASGI send, noting the response head and each body piece as it goes."""
+
+    __slots__ = ("_raw", "_send")
+
+    def __init__(self, raw: RawExchange, send: Send) -> None:
+        self._raw, self._send = raw, send
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.body":
+            response = self._raw.client_response
+            if response is not None:
+                response.reads.append((now(), message.get("body", b"")))
+                response.complete = not message.get("more_body", False)
+        elif kind == "http.response.start":
+            self._raw.client_response = RawResponse(now(), message["status"], message.get("headers", []))
+        await self._send(message)
+
+
+class RecordingDirect:
+    """The server's ``direct_body``: the (ready, write) it gives, with the write noting each piece."""
+
+    __slots__ = ("_direct", "_raw")
+
+    def __init__(self, raw: RawExchange, direct: DirectBody) -> None:
+        self._raw, self._direct = raw, direct
+
+    def __call__(self, scope: object) -> tuple[Callable[[], bool], Callable[[bytes], None]] | None:
+        found = self._direct(scope)
+        if found is None:
+            return None
+        ready, write = found
+        return ready, RecordingWrite(self._raw, write)
+
+
+class RecordingWrite:
+    __slots__ = ("_raw", "_write")
+
+    def __init__(self, raw: RawExchange, write: Callable[[bytes], None]) -> None:
+        self._raw, self._write = raw, write
+
+    def __call__(self, data: bytes) -> None:
+        response = self._raw.client_response
+        if response is not None:
+            response.reads.append((now(), data))
+        self._write(data)
+
+
+class RecordingSink:
+    __slots__ = ("_opened", "_recorder", "_sink")
+
+    def __init__(self, recorder: Recorder, sink: Callable[[bytes], bool], opened: RawResponse | None) -> None:
+        self._recorder, self._sink, self._opened = recorder, sink, opened
+
+    def __call__(self, piece: bytes) -> bool:
+        t_ns = now()  # when it arrived, before the sink relays it to the client
+        if not self._sink(piece):
+            return False
+        self._recorder.upstream_read(piece, self._opened, t_ns)
+        return True
