@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import pickle
 import socket
 import threading
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse, from_tuple, to_tuple
-from oaishim.server.capture_process import RemoteWriter, _frames, decode
+from oaishim.server.capture_process import RemoteWriter, _frames, decode, encode
 from oaishim.server.exchange import StreamCount
 from oaishim.server.metrics import Metrics
 
@@ -76,7 +75,24 @@ def test_the_tuple_form_keeps_every_field() -> None:
     raw.upstream_request = RawRequest(9, "POST", "http://u/v1/chat/completions", [("host", "u")], [b"{}"])
     raw.upstream_response = RawResponse(10, 502, [], [], False)
     raw.profile, raw.error = "vllm", "broke"
-    assert from_tuple(pickle.loads(pickle.dumps(to_tuple(raw)))) == raw
+    assert from_tuple(to_tuple(raw)) == raw
+    payload = encode(raw)
+    assert payload[:1] != b"\x80"  # marshalled, not pickled
+    assert decode(payload) == raw
+
+
+class Name(str):
+    """A header name of a type marshal refuses (a str subclass)."""
+
+
+def test_an_exchange_marshal_refuses_goes_pickled_and_comes_back_whole() -> None:
+    raw = exchange(3)
+    raw.upstream_request = RawRequest(5, "POST", "http://u/v1/chat/completions", [(Name("x-tag"), "a")], [b"{}"])
+    payload = encode(raw)
+    assert payload[:1] == b"\x80"
+    back = decode(payload)
+    assert back == raw
+    assert back.upstream_request is not None and back.upstream_request.headers == [("x-tag", "a")]
 
 
 def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(

@@ -36,7 +36,7 @@ WRITER_NICE = 10  # a lower CPU priority than the serving processes'
 
 
 class Backlog:
-    """Exchanges received and not yet built, as the frames' payloads (pickled), oldest first."""
+    """Exchanges received and not yet built, as the frames' payloads (serialised), oldest first."""
 
     def __init__(self) -> None:
         self._items: deque[tuple[float, bytes]] = deque()  # (when it arrived, payload)

@@ -7,11 +7,12 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
 * The serving parent binds a Unix socket in its private run folder, then forks the writer
   (:class:`CaptureProcess`); the writer accepts one connection per worker, a restarted worker too.
 * In a worker, :class:`RemoteWriter` stands where the thread writer stands, and runs in the
-  event loop: ``submit`` (once the response has ended) pickles the raw exchange as tuples into a
-  frame (its size and the worker's drop count, then the payload; 3 µs for a 16-chunk stream) and arms a timer; every ``interval`` one
-  non-blocking ``send`` hands the frames to the kernel. No thread: a sender thread took the GIL
-  from the event loop for up to the interpreter's switch interval (5 ms), which was the capture's
-  whole cost at p99 (bench/README.md).
+  event loop: ``submit`` (once the response has ended) serialises the raw exchange as tuples with
+  ``marshal`` into a frame (its size and the worker's drop count, then the payload; 1.1 µs for a
+  plain exchange, 9 µs for a 144-chunk stream: half and a quarter of pickle's time) and arms a
+  timer; every ``interval`` one non-blocking ``send`` hands the frames to the kernel. No thread:
+  a sender thread took the GIL from the event loop for up to the interpreter's switch interval
+  (5 ms), which was the capture's whole cost at p99 (bench/README.md).
 * Frames carry the worker's count of dropped exchanges. When the writer falls behind, the socket's
   buffer fills, the sends take less, the frames wait in the worker (retried every ``interval``),
   and once ``queue_size`` exchanges wait ``submit`` drops and counts (the ``oaishim_capture_dropped``
@@ -34,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import marshal
 import os
 import pickle
 import selectors
@@ -44,6 +46,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
 from oaishim.server.asgi import Scope
@@ -54,7 +57,7 @@ from oaishim.server.recording import CheckBudget, Recorder, Recording, recording
 from oaishim.server.workers import die_with_parent
 
 log = logging.getLogger("oaishim.capture")
-FRAME = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the pickled exchange
+FRAME = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
 # The checker's share of one core in the writer process: a tenth of the cores this gateway may use,
 # at most half a core (on 2 cores the serving process needs the other one under load)
 WRITER_CHECK_SHARE = min(0.5, 0.1 * usable_cores())
@@ -92,7 +95,7 @@ class RemoteWriter:
             self._drop(1, "capture queue full")
             self._arm()
             return False
-        self._frame(pickle.dumps(to_tuple(exchange), pickle.HIGHEST_PROTOCOL), 1)
+        self._frame(encode(exchange), 1)
         self._arm()
         return True
 
@@ -360,6 +363,19 @@ def _frames(buffer: bytearray) -> list[tuple[int, bytes]]:
     return out
 
 
+def encode(exchange: RawExchange) -> bytes:
+    """One exchange as a frame's payload: its tuples in ``marshal``'s format (the serving and the
+    capture process are the same interpreter), or pickled where marshal refuses a value (a subclass
+    of ``str`` or ``int`` in a header, say). A pickle starts with its PROTO opcode, 0x80, which no
+    marshalled value starts with."""
+    form: tuple[Any, ...] = to_tuple(exchange)  # builtins only (capture.raw)
+    try:
+        return marshal.dumps(form)
+    except ValueError:
+        return pickle.dumps(form, pickle.HIGHEST_PROTOCOL)
+
+
 def decode(payload: bytes) -> RawExchange:
     """One frame's exchange (from this gateway's own workers, through a 0700 folder)."""
-    return from_tuple(pickle.loads(payload))
+    form = pickle.loads(payload) if payload[:1] == b"\x80" else marshal.loads(payload)
+    return from_tuple(form)
