@@ -22,7 +22,7 @@ def _is_chat_shaped(logprobs: Mapping[str, Any]) -> bool:
 
 
 def _is_legacy_shaped(logprobs: Mapping[str, Any]) -> bool:
-    return bool(_LEGACY_KEYS & logprobs.keys())
+    return not _LEGACY_KEYS.isdisjoint(logprobs.keys())
 
 
 def _asked(request: Mapping[str, Any] | None, chat: bool) -> bool | None:

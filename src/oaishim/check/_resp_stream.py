@@ -109,7 +109,7 @@ class ResponsesStream:
 
     def _lifecycle(self, n: int, position: int, kind: str) -> None:
         want = {0: "response.created", 1: "response.in_progress"}.get(position)
-        if want is not None and kind != want and not (position == 1 and kind in ("error", *TERMINAL)):
+        if want is not None and kind != want and not (position == 1 and (kind == "error" or kind in TERMINAL)):
             self.sink.add("responses.lifecycle", "$.type", f"event {position} is {kind}, expected {want}", chunk=n)
         elif want is None and kind in ("response.created", "response.in_progress"):
             self.sink.add("responses.lifecycle", "$.type", f"{kind} again at event {position}", chunk=n)
