@@ -39,7 +39,7 @@ from loadgen import request_body
 from oaishim.profiles import get_profile
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings, VirtualKey
-from oaishim.server.seam import RawHeaders, SentRequest
+from oaishim.server.seam import RawHeaders, SentRequest, read_pieces
 from oaishim.server.upstream import request_headers
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -73,6 +73,9 @@ class Answer:
     async def pieces(self) -> AsyncIterator[bytes]:
         for part in self.parts:
             yield part
+
+    async def read(self, limit: int) -> bytes | None:
+        return await read_pieces(self.pieces(), limit)
 
     def close(self) -> None:
         return

@@ -32,7 +32,7 @@ from _servers import Canned, Seen
 
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.seam import RawHeaders, SentRequest
+from oaishim.server.seam import RawHeaders, SentRequest, read_pieces
 from oaishim.server.upstream import request_headers
 
 BASE = "http://fake.upstream"
@@ -61,6 +61,9 @@ class FakeResponse:
                 await asyncio.sleep(canned.delay)
             yield data[start : start + step]
         self.finished = True  # as for the replaying backend, a cut body (connection: close) just ends
+
+    async def read(self, limit: int) -> bytes | None:
+        return await read_pieces(self.pieces(), limit)
 
     def close(self) -> None:
         if not self.finished:

@@ -114,3 +114,97 @@ def test_a_pooled_connections_late_head_is_504_at_first_byte_and_the_connection_
     assert failure[:2] == [504, "upstream_timeout"] and "0.3 s (first_byte_timeout)" in str(failure[2])
     assert 0.25 < took < 1.0
     assert (status, body, connections) == (200, b'"3"', 2)  # a new connection, and its own answer
+
+
+BODY = b'{"id":"x","object":"chat.completion","choices":[]}'
+CONNECTIONS: list[asyncio.StreamWriter] = []
+
+
+async def _cut_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Each connection is noted in CONNECTIONS. Answers ``GET /cut/N`` with BODY (content-length framed) in two writes, the first N bytes
+    then the rest after a pause; ``GET /broken/N`` writes N bytes and closes; ``GET /chunked/N``
+    the same two parts as chunks."""
+    CONNECTIONS.append(writer)
+    try:
+        while line := await reader.readline():
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass
+            kind, cut = line.split()[1].decode().split("/")[1:]
+            n = int(cut)
+            if kind == "chunked":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                parts = [p for p in (BODY[:n], BODY[n:]) if p]
+                for i, part in enumerate(parts):
+                    writer.write(b"%x\r\n%s\r\n" % (len(part), part) + (b"0\r\n\r\n" if i == len(parts) - 1 else b""))
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
+                continue
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(BODY))
+            writer.write(BODY[:n])
+            await writer.drain()
+            if kind == "broken":
+                break
+            await asyncio.sleep(0.01)
+            writer.write(BODY[n:])
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+def test_a_body_read_whole_is_the_body_at_every_split_and_each_read_is_handed_on() -> None:
+    """``read`` (the plain answer's whole-body read, no iterator) returns the body whatever the
+    split of the backend's writes, over content-length and chunked framing, on one kept-alive
+    connection; ``each`` sees the reads in order, and they join to the body."""
+
+    async def scenario() -> list[tuple[str, int, bytes, list[bytes]]]:
+        out = []
+        CONNECTIONS.clear()
+        async with _upstreams(_cut_serve, idle_timeout=2.0) as (upstreams, route):
+            for kind in ("cut", "chunked"):
+                for n in range(len(BODY) + 1):
+                    response = await upstreams.open(route, "GET", f"/{kind}/{n}", None, None)
+                    reads: list[bytes] = []
+                    body = await asyncio.wait_for(response.read(1 << 20, reads.append), 5)  # type: ignore[call-arg]
+                    response.close()
+                    assert body is not None
+                    out.append((kind, n, body, reads))
+        return out
+
+    results = asyncio.run(scenario())
+    assert len(results) == 2 * (len(BODY) + 1)
+    for kind, n, body, reads in results:
+        assert body == BODY, (kind, n)
+        assert b"".join(reads) == BODY, (kind, n)
+        if 0 < n < len(BODY):  # two writes a pause apart: two reads
+            assert len(reads) == 2, (kind, n, reads)
+    assert len(CONNECTIONS) == 1  # each body read to its end: the connection went back to the pool
+
+
+def test_a_body_past_the_limit_is_refused_and_a_body_cut_off_is_the_upstreams_fault() -> None:
+    """Past the limit, ``read`` gives None and ``relay.read_all`` the official error, whichever
+    read crosses it; a connection that closes mid-body is a 502 ``upstream_disconnected``."""
+
+    async def scenario() -> list[object]:
+        out: list[object] = []
+        async with _upstreams(_cut_serve, idle_timeout=2.0) as (upstreams, route):
+            for limit in (len(BODY) - 1, 10, 0):
+                response = await upstreams.open(route, "GET", "/cut/20", None, None)
+                out.append(await asyncio.wait_for(response.read(limit), 5))
+                response.close()
+            response = await upstreams.open(route, "GET", "/cut/20", None, None)
+            try:
+                await relay.read_all(response, 30)
+            except OpenAIError as err:
+                out.append((err.status, err.code))
+            response.close()
+            response = await upstreams.open(route, "GET", "/broken/20", None, None)
+            try:
+                await asyncio.wait_for(response.read(1 << 20), 5)
+            except OpenAIError as err:
+                out.append((err.status, err.code))
+            response.close()
+        return out
+
+    *refused, too_large, broken = asyncio.run(scenario())
+    assert refused == [None, None, None]
+    assert too_large[0] == 502 and broken == (502, "upstream_disconnected")

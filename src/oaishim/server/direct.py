@@ -30,9 +30,12 @@ from oaishim.transform.pipe import StreamPipe
 
 
 class Attachable(Protocol):
-    """An upstream response whose connection can hand its body pieces to a sink (H1Response)."""
+    """An upstream response whose connection can hand its body pieces to a sink (H1Response), and
+    read its body whole while handing each read to ``each`` (what a capture notes)."""
 
     def attach(self, sink: Callable[[bytes], bool]) -> None: ...
+
+    async def read(self, limit: int, each: Callable[[bytes], None] | None = None) -> bytes | None: ...
 
     def detach(self) -> None: ...
 

@@ -79,6 +79,15 @@ class AttachableRecordingResponse(RecordingResponse):
     def detach(self) -> None:
         cast(Attachable, self.inner).detach()
 
+    async def read(self, limit: int) -> bytes | None:
+        """The body whole, through the connection's own read (no iterator), each read noted as
+        ``pieces`` notes them, then the end."""
+        recorder, opened = self.recorder, self.opened
+        raw = await cast(Attachable, self.inner).read(limit, lambda piece: recorder.upstream_read(piece, opened))
+        if raw is not None:
+            recorder.upstream_read(b"", opened)
+        return raw
+
 
 class CheckBudget:
     """The checker's share of the writer's time: ``share`` of wall time on average, with bursts up

@@ -43,14 +43,10 @@ async def read_all(response: UpstreamResponse, limit: int = DEFAULT_LIMIT) -> by
     OpenAIError (a read of the whole body would hold a body of any size)."""
     if (response.content_length or 0) > limit:
         raise upstream_too_large(limit, "a body")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in response.pieces():
-        size += len(chunk)
-        if size > limit:
-            raise upstream_too_large(limit, "a body")
-        parts.append(chunk)
-    return b"".join(parts)
+    raw = await response.read(limit)
+    if raw is None:
+        raise upstream_too_large(limit, "a body")
+    return raw
 
 
 async def relay_plain(

@@ -2,12 +2,13 @@
 
 The gateway's shell (``server.app``, ``server.relay``, ``capture_tools.proxy``) sees an upstream only as
 these two protocols: :class:`Upstream` opens a request and returns once the response head is in;
-an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of body pieces and a
-``close``. Every failure of the exchange is an :class:`~oaishim.wire.errors.OpenAIError` (no replica
-reachable, a deadline passed, the connection broke mid-body), so nothing above the seam knows the
-HTTP client. Implementations: the HTTP/1.1 client (``server.upstream.Upstreams``), the recording
-wrapper (``server.recording.RecordingUpstream``) and the tracing one around any of them (both on
-:class:`UpstreamWrapper` and :class:`ResponseWrapper`), and the tests' in-process fake.
+an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of body pieces (or
+the body whole, ``read``) and a ``close``. Every failure of the exchange is an
+:class:`~oaishim.wire.errors.OpenAIError` (no replica reachable, a deadline passed, the connection
+broke mid-body), so nothing above the seam knows the HTTP client. Implementations: the HTTP/1.1
+client (``server.upstream.Upstreams``), the recording wrapper (``server.recording.RecordingUpstream``)
+and the tracing one around any of them (both on :class:`UpstreamWrapper` and
+:class:`ResponseWrapper`), and the tests' in-process fake.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class UpstreamResponse(Protocol):
 
     def pieces(self) -> AsyncIterator[bytes]:
         """The body as it arrives, piece by piece; a broken, silent or late upstream raises OpenAIError."""
+        ...
+
+    async def read(self, limit: int) -> bytes | None:
+        """The rest of the body whole, or None once it passes ``limit`` bytes (the rest unread);
+        failures as ``pieces``. What it returns is what ``pieces`` would have yielded, joined."""
         ...
 
     def close(self) -> None:
@@ -114,6 +120,10 @@ class ResponseWrapper:
     def pieces(self) -> AsyncIterator[bytes]:
         return self.inner.pieces()
 
+    async def read(self, limit: int) -> bytes | None:
+        # through this wrapper's pieces, which a wrapper may override (what it records, replays)
+        return await read_pieces(self.pieces(), limit)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -132,6 +142,19 @@ class UpstreamWrapper:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+async def read_pieces(pieces: AsyncIterator[bytes], limit: int) -> bytes | None:
+    """``pieces`` joined, or None once they pass ``limit`` bytes: ``UpstreamResponse.read`` for an
+    implementation with no faster way."""
+    parts: list[bytes] = []
+    size = 0
+    async for piece in pieces:
+        size += len(piece)
+        if size > limit:
+            return None
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def header(response: UpstreamResponse, name: bytes) -> str | None:

@@ -328,6 +328,9 @@ class TracedResponse:
     def pieces(self) -> AsyncIterator[bytes]:
         return self._inner.pieces()  # no layer of its own: a streamed chunk costs nothing here
 
+    async def read(self, limit: int) -> bytes | None:
+        return await self._inner.read(limit)
+
     def close(self) -> None:
         self._inner.close()
         if self.ended is None:

@@ -255,6 +255,11 @@ class H1Response:
         """The body as it arrives; an idle, broken or late upstream raises OpenAIError."""
         return Body(self._conn)
 
+    async def read(self, limit: int, each: Callable[[bytes], None] | None = None) -> bytes | None:
+        """The whole body in one wait (no iterator), or None past ``limit`` bytes; ``each`` is
+        handed each read as ``pieces`` would have yielded it."""
+        return await self._conn.read_rest(limit, each)
+
     def attach(self, sink: Callable[[bytes], bool]) -> None:
         """From now on, each body piece that arrives while the reader waits goes to ``sink`` in the
         read callback (server.direct); one it declines (False) is read through pieces() as before."""
