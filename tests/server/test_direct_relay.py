@@ -4,6 +4,7 @@ relay's sink is watched (its calls counted) so each test knows which path the pi
 
 * one event per read, while the relay waits: the sink takes them, and the client's stream is the
   ordinary one (the checker finds nothing; every token arrives, in order);
+* an HTTP/1.0 client: the same pieces, unchunked, ended by the close;
 * a client that does not read: the client connection's transport pauses, the sink declines, the
   ordinary path waits for the client, and every byte still arrives in order;
 * a secret the model writes is masked on the direct path too, also over several tokens (chat and
@@ -177,6 +178,28 @@ def test_a_client_that_does_not_read_gets_every_byte_in_order(
         body = read_response(client)
     assert content(body) == "".join(tokens)
     assert seen.declined >= 1  # the paused client sent pieces the ordinary way
+
+
+def test_an_http_1_0_client_gets_the_direct_stream_unchunked_to_the_close(
+    backend: Replayer, gateway: str, monkeypatch: Any
+) -> None:
+    """HTTP/1.0 knows no chunks: the pieces taken direct go out as they are, and the close ends them."""
+    seen = Counted(monkeypatch)
+    tokens = [token(i) for i in range(40)]
+    backend.push(paced(stream(tokens), 0.005))
+    client, request = raw_request(gateway, REQUEST)
+    with client:
+        client.sendall(request.replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n", 1))
+        raw = b""
+        while piece := client.recv(1 << 20):  # to the gateway's close
+            raw += piece
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head.lower()
+    assert b"connection: close" in head.lower()
+    assert seen.taken >= 30
+    assert content(body) == "".join(tokens) and body.endswith(b"data: [DONE]\n\n")
+    exchange = exchange_from_bytes(body, request=REQUEST, status=200, headers={"content-type": "text/event-stream"})
+    assert [(f.rule, f.message) for f in check(exchange) if f.severity == "error"] == []
 
 
 def test_a_secret_the_model_writes_is_masked(backend: Replayer, gateway: str, monkeypatch: Any) -> None:

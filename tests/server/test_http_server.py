@@ -235,6 +235,29 @@ def test_answered_and_the_connection_closed(request_bytes: bytes, seen: dict[str
     assert seen.items() <= json.loads(body).items()
 
 
+@pytest.mark.parametrize("connection", [b"", b"Connection: keep-alive\r\n"])
+def test_an_http_1_0_client_gets_a_body_of_unknown_length_unchunked_ended_by_the_close(connection: bytes) -> None:
+    """HTTP/1.0 has no chunked coding (RFC 9112, 6.1): a body the app sends without a length
+    goes as it is and the close ends it, even when the client asked to keep the connection."""
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /big HTTP/1.0\r\n" + connection + b"\r\n")
+        data = recv_all(sock)  # returns: the server closed
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").lower().split("\r\n")
+    assert lines[0].startswith("http/1.1 200")
+    assert not any(line.startswith(("transfer-encoding", "content-length")) for line in lines)
+    assert "connection: close" in lines
+    assert body == b"".join(bytes([65 + i % 26]) * 65536 for i in range(128))
+
+
+def test_an_http_1_0_clients_broken_answer_is_cut_where_it_broke() -> None:
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /broken HTTP/1.0\r\n\r\n")
+        data = recv_all(sock)
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding" not in data
+    assert data.endswith(b"\r\n\r\npart")
+
+
 def test_head_gets_the_length_and_no_body() -> None:
     with serving(Echo()) as address, connect(address) as sock:
         sock.sendall(b"HEAD /x HTTP/1.1\r\nHost: a\r\n\r\nGET /after HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")

@@ -8,7 +8,8 @@ connection (``server.http``: parsing, limits, keep-alive) so each reads in one p
   or the response is complete (what tells the gateway a streaming client left). The first call
   answers a client's ``Expect: 100-continue``.
 * ``send()`` writes the head, framed by ``Content-Length`` when the app gives one, else chunked
-  (never for a HEAD, a 204 or a 304). The head of a sized answer waits for its body, so head and
+  (never for a HEAD, a 204 or a 304); an HTTP/1.0 client, which knows no chunks, gets such a body
+  as it is, ended by the connection's close (RFC 9112, 6.1 and 6.3). The head of a sized answer waits for its body, so head and
   body leave in one write (one syscall, one TCP segment); a chunked head goes out at the end of the
   loop's turn, joined to a first piece sent in the same turn.
 * A response that breaks its own framing (more or fewer bytes than its ``Content-Length``, a message
@@ -88,6 +89,7 @@ class Cycle:
         "ready",
         "scope",
         "started",
+        "until_close",
     )
 
     def __init__(self, conn: Connection, scope: dict[str, Any], keep_alive: bool, expect_100: bool) -> None:
@@ -100,6 +102,7 @@ class Cycle:
         self.ready = False  # something for receive(): body, its end, or a disconnect
         self.started = self.complete = self.disconnected = False
         self.chunked = False
+        self.until_close = False  # a body of unknown length to an HTTP/1.0 client: ended by closing
         self._left = 0  # bytes still owed to a declared Content-Length
         self._head: bytes | None = None  # a head held for the body that follows it
         self._waiter: asyncio.Future[None] | None = None
@@ -198,6 +201,9 @@ class Cycle:
         elif length is not None:
             self._left = length
             head.append(b"content-length: %d\r\n" % length)
+        elif self.scope.get("http_version") == "1.0":
+            self.until_close = True
+            self.keep_alive = False
         else:
             self.chunked = True
             head.append(b"transfer-encoding: chunked\r\n")
@@ -206,7 +212,9 @@ class Cycle:
         head.append(b"\r\n")
         self._head = b"".join(head)
         self.started = True  # (not before: a head refused above leaves the server its 500)
-        if self.chunked:  # a stream's head leaves in this turn of the loop, with a first piece if one comes
+        if (
+            self.chunked or self.until_close
+        ):  # a stream's head leaves in this turn of the loop, with a first piece if one comes
             self.conn.loop.call_soon(self._flush_head)
 
     def _flush_head(self) -> None:
@@ -230,6 +238,8 @@ class Cycle:
                 data += _END
         elif self._left < 0:
             data = b""
+        elif self.until_close:
+            data = body
         else:
             self._left -= len(body)
             if self._left < 0:
@@ -268,9 +278,10 @@ class Cycle:
         return self.writable, self.write_chunk
 
     def writable(self) -> bool:
-        """A chunk can go out now: the chunked body under way, the client reading, the connection open."""
+        """A chunk can go out now: the chunked (or close-ended) body under way, the client reading,
+        the connection open."""
         return (
-            self.chunked
+            (self.chunked or self.until_close)
             and self.started
             and not self.complete
             and not self.disconnected
@@ -280,4 +291,4 @@ class Cycle:
 
     def write_chunk(self, data: bytes) -> None:
         if data:  # (an empty chunk would end the body)
-            self._write(_chunk(data))
+            self._write(_chunk(data) if self.chunked else data)
