@@ -269,3 +269,64 @@ def test_empty_connects_replace_each_other_not_a_served_keep_alive_connection(ga
             time.sleep(0.05)
         client.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
         assert read_answer(client, wait=2)[0] == 200
+
+
+def _long_stream(events: int) -> bytes:
+    """A streamed chat answer of ``events`` content chunks of ~2 KB each, then its finish and [DONE]."""
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    out = []
+    for i in range(events):
+        delta = {"role": "assistant", "content": ""} if i == 0 else {"content": f"{i:06d}" + "x" * 2000}
+        event = {**chunk, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+        out.append(b"data: " + json.dumps(event).encode() + b"\n\n")
+    finish = {**chunk, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]}
+    out.append(b"data: " + json.dumps(finish).encode() + b"\n\ndata: [DONE]\n\n")
+    return b"".join(out)
+
+
+STREAM_CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+
+
+def test_a_client_that_stops_reading_is_dropped_after_send_timeout_and_the_backend_freed(
+    backend: Replayer, gateways: Any
+) -> None:
+    """A client that takes none of its stream (its socket's buffers full, the gateway's writes
+    backed up) is dropped send_timeout later, and the upstream request closed with it: a client
+    that never reads cannot hold a backend for good."""
+    url = gateways("openai", send_timeout=0.5)
+    backend.push(Canned(_long_stream(6000), content_type="text/event-stream", piece=65536))  # ~12 MB
+    with connect(url) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        sock.sendall(CHAT_HEAD + b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+        started = time.monotonic()
+        assert backend.closed_early.wait(10), "the upstream request was still open"
+        took = time.monotonic() - started
+        sock.settimeout(5)
+        data = b""
+        try:
+            while piece := sock.recv(1 << 20):
+                data += piece
+        except ConnectionResetError:
+            pass  # (the drop is an abort: what the kernel held may be lost)
+    assert 0.5 < took < 8
+    assert not data.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")  # dropped, not answered
+
+
+def test_a_slow_steady_reader_is_not_dropped(backend: Replayer, gateways: Any) -> None:
+    """Taking its answer slowly, a pause never as long as send_timeout, a client gets all of it."""
+    url = gateways("openai", send_timeout=0.5)
+    backend.push(Canned(_long_stream(1500), content_type="text/event-stream", piece=65536))  # ~3 MB
+    with connect(url) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        sock.sendall(CHAT_HEAD + b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+        started = time.monotonic()
+        data = b""
+        sock.settimeout(5)
+        while not data.endswith(b"\r\n0\r\n\r\n"):
+            piece = sock.recv(128 * 1024)
+            assert piece, "the gateway closed the connection"
+            data += piece
+            time.sleep(0.05)
+    assert time.monotonic() - started > 1.0  # slower than send_timeout, all along
+    assert data.count(b"data: {") == 1501 and b"data: [DONE]" in data
+    assert not backend.closed_early.is_set()

@@ -317,6 +317,7 @@ def test_serve_with_an_unreadable_config_exits_2(files: Any, capsys: pytest.Capt
 LIMITS = {  # setting: (flag value, environment value, file value)
     "header_timeout": (1.5, "2.5", 3.5),
     "body_timeout": (4.0, "5", 6.0),
+    "send_timeout": (14.0, "15", 16.0),
     "max_header_bytes": (4096, "8192", 16384),
     "max_body_bytes": (1000, "2000", 3000),
     "max_connections": (10, "20", 30),

@@ -196,6 +196,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 _LIMITS: tuple[tuple[str, type[int] | type[float], str], ...] = (
     ("--header-timeout", float, "seconds a client has to send a request's head (default 20)"),
     ("--body-timeout", float, "seconds a client has to send a request's body, after its head (default 60)"),
+    ("--send-timeout", float, "seconds a client may take none of its answer before it is dropped (default 60)"),
     ("--max-header-bytes", int, "the largest request head, request line and headers (default 65536)"),
     ("--max-body-bytes", int, "the largest request body (default 16777216)"),
     ("--max-connections", int, "open client connections at most, 0 for no bound (default 1024)"),

@@ -96,6 +96,7 @@ class Settings:
     # open connections (None: no bound)
     header_timeout: float = 20.0
     body_timeout: float = 60.0
+    send_timeout: float = 60.0  # a client that takes none of its answer this long is dropped
     max_header_bytes: int = 64 * 1024
     max_connections: int | None = 1024
     # the upstream side (server.upstream): connecting, the response head (from the start of an

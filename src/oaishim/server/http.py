@@ -10,6 +10,9 @@ and the bounds a public server needs, per connection:
   request on a kept-alive connection) and one for the body (from the end of the head): a client
   that drips bytes cannot hold a connection past them. A partial request gets a 408; a connection
   that sent nothing is closed quietly, as a kept-alive connection idle for ``keep_alive`` seconds is.
+* a deadline for the answer's writes (``send_timeout``): a client that takes none of its answer
+  that long (the writes backed up: it stopped reading) is dropped, which ends its request and the
+  upstream's with it, as a client that leaves does; a slow reader that keeps reading is not.
 * a bound on the head's bytes (request line and headers): past it, a 431, and nothing more is kept.
 * a 413 as soon as the head declares a body over the limit, before any of the body is read.
 * a bound on open connections: at the bound, a new connection replaces the one that has waited
@@ -21,7 +24,7 @@ Every refusal (malformed HTTP included) is an OpenAI-shaped JSON error with ``co
 After it the connection lingers briefly, reading and discarding, so that a client still sending
 sees the answer instead of a reset (a close with unread bytes makes the kernel send RST).
 
-The deadlines share one timer per connection, moved lazily: a busy kept-alive connection arms one
+The request's deadlines share one timer per connection, moved lazily: a busy kept-alive connection arms one
 every few seconds, not one per request.
 """
 
@@ -57,6 +60,8 @@ class HttpLimits:
     max_body_bytes: int | None = None  # a larger declared Content-Length is refused at once
     max_connections: int | None = 1024
     keep_alive: float = 5.0  # seconds an idle kept-alive connection is kept (as uvicorn and Node do)
+    # seconds a client may take none of its answer (the writes backed up) before it is dropped
+    send_timeout: float = 60.0
 
 
 @dataclass(slots=True)
@@ -85,6 +90,7 @@ class HttpConnection(asyncio.Protocol):
         "_heads",
         "_in_head",
         "_refused",
+        "_stall",
         "_stopped",
         "_timer",
         "_timer_at",
@@ -127,6 +133,7 @@ class HttpConnection(asyncio.Protocol):
         self._why = _NONE
         self._deadline = self._timer_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None  # send_timeout, while the writes are backed up
 
     @property
     def date(self) -> bytes:
@@ -152,6 +159,9 @@ class HttpConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         for cycle in {self.answering, self.parsing, *self.queue}:
             if cycle is not None:
                 cycle.lost()
@@ -167,10 +177,26 @@ class HttpConnection(asyncio.Protocol):
     # -- flow control ----------------------------------------------------------------------------
     def pause_writing(self) -> None:
         self.write_paused = True
+        if self._stall is None:
+            self._stall = self.loop.call_later(self.state.limits.send_timeout, self._stalled)
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         self._wake_writer()
+
+    def _stalled(self) -> None:
+        """The client took none of its answer for send_timeout seconds: it is dropped, which ends
+        the request (and with it the upstream's, freeing the backend), as a client that left does."""
+        self._stall = None
+        log.info(
+            "client %s took nothing for %g s (send_timeout): connection closed",
+            self.client,
+            self.state.limits.send_timeout,
+        )
+        self.transport.abort()
 
     def _wake_writer(self) -> None:
         waiter, self._writable = self._writable, None

@@ -272,6 +272,7 @@ KNOBS: dict[str, Knob] = {
     "max_body_bytes": Knob(_numeric(int, 1)),
     "header_timeout": Knob(_numeric(float, 1e-3)),
     "body_timeout": Knob(_numeric(float, 1e-3)),
+    "send_timeout": Knob(_numeric(float, 1e-3)),
     "max_header_bytes": Knob(_numeric(int, 256)),
     "max_connections": Knob(_numeric(int, 0, zero=True)),
     # the upstream side (server.upstream)

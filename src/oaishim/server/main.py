@@ -30,6 +30,7 @@ def limits_for(settings: Settings) -> HttpLimits:
     return HttpLimits(
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
+        send_timeout=settings.send_timeout,
         max_header_bytes=settings.max_header_bytes,
         max_body_bytes=settings.max_body_bytes,
         max_connections=settings.max_connections,
