@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -377,6 +380,42 @@ def test_a_stop_finishes_the_answers_under_way_then_the_lifespan() -> None:
     assert status.startswith("HTTP/1.1 200") and headers["connection"] == "close"
     assert json.loads(body)["path"] == "/hold"
     assert app.lifespan == ["lifespan.startup", "lifespan.shutdown"]
+
+
+HANGING_STARTUP = """
+import asyncio
+from oaishim.server.serving import Server
+
+class App:
+    async def __call__(self, scope, receive, send):
+        assert scope["type"] == "lifespan"
+        await receive()
+        print("startup begun", flush=True)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            print("startup cancelled", flush=True)
+            raise
+
+print("started:", Server(App(), "127.0.0.1", 0).run(), flush=True)
+"""
+
+
+def test_a_signal_while_the_startup_hangs_stops_the_server() -> None:
+    """SIGTERM while the app's startup has not completed (a store or a backend that never answers):
+    the startup is cancelled and the process ends, instead of waiting on it. The app here hangs on
+    purpose: no part of the gateway can be made to hang there on demand."""
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_STARTUP], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "startup begun\n"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert out.splitlines() == ["startup cancelled", "started: False"]
+    assert proc.returncode == 0
 
 
 def test_an_app_whose_startup_fails_is_not_served() -> None:

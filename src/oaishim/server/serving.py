@@ -6,7 +6,8 @@ whose startup fails is not served: :attr:`Server.started` stays False), keeps th
 current (one update a second, shared by every response), and stops on SIGTERM or SIGINT (in the
 main thread) or :meth:`Server.stop` (from any thread): it stops listening, closes the idle
 connections, lets each request in progress finish its answer (a second signal cancels them), then
-runs the lifespan shutdown.
+runs the lifespan shutdown. A stop while the startup has not completed cancels it, and the server
+does not start.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ class Lifespan:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    async def cancel(self) -> None:
+        """The app's lifespan cancelled where it is (its startup never completed)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
     async def _ask(self, kind: str) -> dict[str, Any] | None:
         await self._inbox.put({"type": kind})
         return await self._answers.get()  # None: the app returned or raised instead of answering
@@ -110,7 +118,7 @@ class Server:
         handled = self._take_signals(loop)
         try:
             lifespan = Lifespan(self.app)
-            if not await lifespan.startup():
+            if not await self._started(lifespan):
                 return
             factory = protocol_factory(self.state, loop)
             try:
@@ -135,6 +143,23 @@ class Server:
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)
+
+    async def _started(self, lifespan: Lifespan) -> bool:
+        """The app's startup, unless a stop comes first: a signal while the startup hangs (a store
+        or a backend that never answers) ends the process instead of waiting on it."""
+        assert self._wake is not None
+        startup = asyncio.ensure_future(lifespan.startup())
+        stop = asyncio.ensure_future(self._wake.wait())
+        await asyncio.wait((startup, stop), return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if startup.done():  # (a stop that came with it is taken once serving: _drain, then shutdown)
+            return startup.result()
+        log.warning("stopped before the application's startup was complete")
+        await lifespan.cancel()
+        startup.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await startup
+        return False
 
     def stop(self, force: bool = False) -> None:
         """Stop serving (from any thread); ``force``: without waiting for the answers under way."""
