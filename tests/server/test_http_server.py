@@ -418,6 +418,29 @@ def test_a_signal_while_the_startup_hangs_stops_the_server() -> None:
     assert proc.returncode == 0
 
 
+def test_a_connection_made_while_the_server_drains_is_shut_down_at_once() -> None:
+    """One the listening socket accepted just before it closed, made after the drain's pass over
+    the connections, closes as the idle ones then did; it does not hold the stop up."""
+
+    async def run() -> tuple[bytes, bool]:
+        loop = asyncio.get_running_loop()
+        state = ServerState(Echo(), HttpLimits())
+        state.stopping = True
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            theirs.setblocking(False)
+            _, conn = await loop.connect_accepted_socket(protocol_factory(state, loop), ours)
+            for _ in range(200):
+                await asyncio.sleep(0.005)
+                try:
+                    return theirs.recv(100), conn in state.connections
+                except BlockingIOError:
+                    continue
+        raise AssertionError("the connection stayed open")
+
+    assert asyncio.run(run()) == (b"", False)  # closed, and no longer counted
+
+
 def test_an_app_whose_startup_fails_is_not_served() -> None:
     async def failing(scope: dict[str, Any], receive: Any, send: Any) -> None:
         assert scope["type"] == "lifespan"

@@ -71,6 +71,7 @@ class ServerState:
     app: Any
     limits: HttpLimits
     date: bytes = b""  # the ``date`` header line, kept current by the server (b"": none)
+    stopping: bool = False  # the server is draining: a connection made now is shut down at once
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -152,6 +153,8 @@ class HttpConnection(asyncio.Protocol):
             self._refuse(unavailable(message, code="too_many_connections"))
             return
         self._expect(_HEAD, self.state.limits.header_timeout)
+        if self.state.stopping:  # accepted as the listening stopped, made after the drain's pass
+            self.shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)

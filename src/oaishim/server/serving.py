@@ -206,6 +206,7 @@ class Server:
             self._loop.call_at(self._loop.time() + 1.0 - time.time() % 1.0, self._tick)
 
     async def _drain(self, listening: list[asyncio.Server]) -> None:
+        self.state.stopping = True
         for server in listening:
             server.close()
         for conn in list(self.state.connections):
