@@ -60,7 +60,7 @@ def test_openclaw_agent_exec_completes_a_turn_on_the_embedded_default(
     except subprocess.TimeoutExpired as late:
         # what OpenClaw had written when it was stopped: where a turn that hangs after its answer stood
         said = "".join(_text(part)[-1500:] for part in (late.stdout, late.stderr))
-        result = {"ok": False, "detail": f"no answer within {CALL_LIMIT_S} s; OpenClaw's output so far:\n{said}"}
+        result = judge_late(_text(late.stdout), said)
     else:
         result = judge(done)
     version = json.loads((openclaw.parent.parent / "openclaw" / "package.json").read_text())["version"]
@@ -76,9 +76,31 @@ def judge(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     """The turn completed: exit 0 and a report that says ok (its text is junk, so not judged)."""
     if done.returncode != 0:
         return {"ok": False, "detail": f"exit {done.returncode}: {(done.stderr or done.stdout)[-200:]}"}
-    try:
-        report = json.loads(done.stdout[done.stdout.index("{") :])
-    except ValueError:
+    report = _report(done.stdout)
+    if report is None:
         return {"ok": False, "detail": f"no JSON report: {done.stdout[-200:]}"}
     ok = report.get("ok") is True
     return {"ok": ok, "detail": "" if ok else f"report {json.dumps(report)[:200]}"}
+
+
+def judge_late(stdout: str, said: str) -> dict[str, Any]:
+    """OpenClaw did not exit in time. Its turn still completed if it had printed its whole report and
+    the report says ok: seen once in CI, where its own session store's maintenance worker failed after
+    the report ("SQLite automatic maintenance inputs changed before commit") and the process stayed,
+    with the gateway's one request answered (200) long before. Anything less is a failure."""
+    report = _report(stdout)
+    if report is not None and report.get("ok") is True and report.get("status") == "ok":
+        return {
+            "ok": True,
+            "detail": f"the turn completed (report ok), then OpenClaw did not exit within {CALL_LIMIT_S} s",
+        }
+    return {"ok": False, "detail": f"no answer within {CALL_LIMIT_S} s; OpenClaw's output so far:\n{said}"}
+
+
+def _report(stdout: str) -> dict[str, Any] | None:
+    """The JSON report OpenClaw prints whole, or None (none, or cut off)."""
+    try:
+        report = json.JSONDecoder().raw_decode(stdout, stdout.index("{"))[0]
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) else None
