@@ -11,7 +11,7 @@ import yaml
 
 from oaishim.check import specgen
 from oaishim.check._findings import Sink
-from oaishim.check._schema import defs, unknown_keys, validate
+from oaishim.check._schema import defs, root_name, unknown_keys, validate
 
 # The official openapi.yaml, vendored in spec/ (spec/SOURCE.md). OAISHIM_OPENAPI_SPEC points at another
 # copy, e.g. a newer upstream one before it is vendored; the test never skips: a missing spec fails it.
@@ -79,6 +79,40 @@ def test_unknown_keys_follow_the_matching_union_branch() -> None:
     calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}, "custom": {}}]
     found = list(unknown_keys([{"$ref": "#/$defs/ChatCompletionMessageToolCalls"}], calls, "$"))
     assert found == [("$[0]", "custom")]
+
+
+def test_unknown_keys_at_every_depth_carry_their_full_path_in_the_instance_order() -> None:
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "timings": {},
+        "choices": [
+            {"index": 0, "delta": {"content": "a", "stray": 1}, "finish_reason": None},
+            {
+                "index": 1,
+                "delta": {
+                    "tool_calls": [
+                        {"index": 0, "type": "function", "function": {"name": "f", "deep": True}},
+                        {"index": 1, "function": {"arguments": "{}"}, "custom": {}},
+                    ]
+                },
+                "finish_reason": None,
+            },
+        ],
+    }
+    root = [{"$ref": "#/$defs/" + root_name("chat.completion.chunk")}]
+    want = [
+        ("$", "timings"),
+        ("$.choices[0].delta", "stray"),
+        ("$.choices[1].delta.tool_calls[0].function", "deep"),
+        ("$.choices[1].delta.tool_calls[1]", "custom"),
+    ]
+    assert unknown_keys(root, chunk, "$") == want
+    # a second walk of the same shapes goes through the memo and finds the same keys, on another base
+    assert unknown_keys(root, chunk, "$.x") == [("$.x" + path[1:], key) for path, key in want]
+    assert unknown_keys(root, "not an object", "$") == []
 
 
 def test_open_maps_allow_any_key() -> None:

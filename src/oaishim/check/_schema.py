@@ -139,28 +139,34 @@ def _expand(schemas: list[Schema], instance: Any) -> Iterator[Schema]:
 # What the walk needs at one node of an instance: the schemas of each property, those of other keys
 # (an open map), whether other keys are allowed, and the schemas of an array's items
 _Plan = tuple[dict[str, list[Schema]], list[Schema], bool, list[Schema]]
-_PLANS: dict[tuple[Any, ...], _Plan] = {}
+# Memos keyed by the identity of a list of schemas, which each entry holds (so the identity cannot be
+# reused while the entry lives) and compares on a hit: a list built for an earlier plan is
+# never mistaken for another
+_PLANS: dict[tuple[Any, ...], tuple[list[Schema], _Plan]] = {}
 _MAX_PLANS = 8192  # past it the memo starts again (keys of open maps are the instance's own)
 _SCALARS = (str, int, float, bool, type(None))
+_NESTED = (dict, list)
 
 
 @cache
-def _root(name: str) -> Schema:
-    """The one ``$ref`` schema of each named definition: the memo below is keyed by identity."""
-    return {"$ref": "#/$defs/" + name}
+def _root(name: str) -> list[Schema]:
+    """The one list of the one ``$ref`` schema of each named definition: the memo below is keyed
+    by its identity."""
+    return [{"$ref": "#/$defs/" + name}]
 
 
-_DISCRIMINATORS: dict[tuple[int, ...], tuple[str, ...]] = {}
+_DISCRIMINATORS: dict[int, tuple[list[Schema], tuple[str, ...]]] = {}
 
 
-def _discriminators(ids: tuple[int, ...], schemas: list[Schema]) -> tuple[str, ...]:
+def _discriminators(schemas: list[Schema]) -> tuple[str, ...]:
     """The property names whose ``enum``/``const`` can decide a union anywhere in ``schemas``'
-    expansion (``ids``: their identities): with the keys an object has, all of the object the
-    expansion depends on."""
-    found = _DISCRIMINATORS.get(ids)
-    if found is None:
-        found = _DISCRIMINATORS[ids] = _find_discriminators(schemas)
-    return found
+    expansion: with the keys an object has, all of the object the expansion depends on."""
+    found = _DISCRIMINATORS.get(id(schemas))
+    if found is None or found[0] is not schemas:
+        if len(_DISCRIMINATORS) >= _MAX_PLANS:
+            _DISCRIMINATORS.clear()
+        found = _DISCRIMINATORS[id(schemas)] = (schemas, _find_discriminators(schemas))
+    return found[1]
 
 
 def _find_discriminators(schemas: list[Schema]) -> tuple[str, ...]:
@@ -196,46 +202,72 @@ def _build_plan(schemas: list[Schema], instance: Any) -> _Plan:
     return props, extra, open_map, items
 
 
-def _plan(schemas: list[Schema], instance: Any) -> _Plan:
-    """:func:`_build_plan`, memoised: the schemas are the bundle's own objects (by identity) and an
-    object is known by its keys and the values of its discriminating properties, so chunks of
-    one shape are expanded once (the expansion was two thirds of the checker's time)."""
-    ids = tuple(map(id, schemas))
+def _plan(schemas: list[Schema], instance: dict[str, Any] | list[Any]) -> _Plan:
+    """:func:`_build_plan`, memoised: an object is known by its keys (in their order) and the values
+    of its discriminating properties, so chunks of one shape are expanded once (the expansion was
+    two thirds of the checker's time)."""
     if isinstance(instance, dict):
         values: list[object] = []
-        for name in _discriminators(ids, schemas):
+        for name in _discriminators(schemas):
             if name in instance:
                 value = instance[name]
                 if not isinstance(value, _SCALARS):
                     return _build_plan(schemas, instance)  # an odd value: not worth a key
                 values.append((name, type(value), value))
-        key: tuple[Any, ...] = (ids, frozenset(instance), tuple(values))
+        key: tuple[Any, ...] = (id(schemas), tuple(instance), tuple(values))
     else:
-        key = (ids, isinstance(instance, list))
-    plan = _PLANS.get(key)
-    if plan is None:
+        key = (id(schemas),)
+    hit = _PLANS.get(key)
+    if hit is None or hit[0] is not schemas:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        plan = _PLANS[key] = _build_plan(schemas, instance)
-    return plan
+        hit = _PLANS[key] = (schemas, _build_plan(schemas, instance))
+    return hit[1]
 
 
-def unknown_keys(schemas: list[Schema], instance: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Yield ``(path, key)`` for each key in ``instance`` that no applicable schema defines."""
+# Where a key sits, as a chain ``(parent, part)`` from the root (``None``): a path string is built
+# only for a key that is reported, not for every node walked
+_Where = tuple[Any, str | int] | None
+
+
+def _walk(schemas: list[Schema], instance: dict[str, Any] | list[Any], where: _Where, out: list[Any]) -> None:
     props, extra, open_map, items = _plan(schemas, instance)
     if isinstance(instance, dict):
         if not props and not open_map:
             return  # the schema does not expect an object here: rule a reports it
         for key, value in instance.items():
-            if key in props:
-                yield from unknown_keys(props[key], value, child(path, key))
-            elif open_map:
-                yield from unknown_keys(extra, value, child(path, key))
-            else:
-                yield path, key
-    elif isinstance(instance, list) and items:
+            sub = props.get(key)
+            if sub is None:
+                if not open_map:
+                    out.append((where, key))
+                    continue
+                sub = extra
+            if isinstance(value, _NESTED):  # a scalar has no keys to judge
+                _walk(sub, value, (where, key), out)
+    elif items:
         for i, value in enumerate(instance):
-            yield from unknown_keys(items, value, child(path, i))
+            if isinstance(value, _NESTED):
+                _walk(items, value, (where, i), out)
+
+
+def _path(base: str, where: _Where) -> str:
+    parts: list[str | int] = []
+    while where is not None:
+        where, part = where
+        parts.append(part)
+    for part in reversed(parts):
+        base = child(base, part)
+    return base
+
+
+def unknown_keys(schemas: list[Schema], instance: Any, path: str) -> list[tuple[str, str]]:
+    """``(path, key)`` for each key in ``instance`` that no applicable schema defines, in the
+    instance's order."""
+    if not isinstance(instance, _NESTED):
+        return []
+    out: list[tuple[_Where, str]] = []
+    _walk(schemas, instance, None, out)
+    return [(_path(path, where), key) for where, key in out]
 
 
 def report_unknown(
@@ -272,7 +304,7 @@ def report_unknown_def(
     """Each key nothing in the official schema defines: an error, or a note for a known vendor
     extension (``extensions_as_notes``) and for a field sent on purpose (``intended``: what a gateway
     was configured to emit, such as ``reasoning_content`` under ``--reasoning-field``)."""
-    for path, key in unknown_keys([_root(name)], instance, base):
+    for path, key in unknown_keys(_root(name), instance, base):
         if key in intended:
             why = " (sent on purpose, as configured)"
         elif extensions_as_notes and key in VENDOR_EXTENSIONS:
