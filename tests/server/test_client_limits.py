@@ -287,6 +287,12 @@ def _long_stream(events: int) -> bytes:
 STREAM_CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
 
 
+def _ask_a_stream_through_a_small_window(sock: socket.socket) -> None:
+    """A stream asked for on a socket whose receive buffer is small, so the gateway's writes back up soon."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    sock.sendall(CHAT_HEAD + b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+
+
 def test_a_client_that_stops_reading_is_dropped_after_send_timeout_and_the_backend_freed(
     backend: Replayer, gateways: Any
 ) -> None:
@@ -296,8 +302,7 @@ def test_a_client_that_stops_reading_is_dropped_after_send_timeout_and_the_backe
     url = gateways("openai", send_timeout=0.5)
     backend.push(Canned(_long_stream(6000), content_type="text/event-stream", piece=65536))  # ~12 MB
     with connect(url) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-        sock.sendall(CHAT_HEAD + b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+        _ask_a_stream_through_a_small_window(sock)
         started = time.monotonic()
         assert backend.closed_early.wait(10), "the upstream request was still open"
         took = time.monotonic() - started
@@ -317,8 +322,7 @@ def test_a_slow_steady_reader_is_not_dropped(backend: Replayer, gateways: Any) -
     url = gateways("openai", send_timeout=0.5)
     backend.push(Canned(_long_stream(1500), content_type="text/event-stream", piece=65536))  # ~3 MB
     with connect(url) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-        sock.sendall(CHAT_HEAD + b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+        _ask_a_stream_through_a_small_window(sock)
         started = time.monotonic()
         data = b""
         sock.settimeout(5)

@@ -299,6 +299,22 @@ class Connection(asyncio.Protocol):
             due = now + self.idle
         self._idle_timer = self._loop.call_at(due, self._check_idle)
 
+    def _taken(self) -> None:
+        """What the body held was taken: the buffer is empty again, and reading resumes if it was paused."""
+        self._body.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None and not self.lost:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _arm(self) -> asyncio.Future[None]:
+        """The future the next wake (bytes, the end, an error) resolves; the reader awaits it."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiter = waiter
+        if self.idle is not None:
+            self._waiting_since = self._loop.time()
+        return waiter
+
     async def next_piece(self) -> bytes:
         """The next body bytes as they came; StopAsyncIteration once the body is complete; what
         ended it otherwise, as ``translate`` makes it (the body's ``__anext__``)."""
@@ -308,21 +324,14 @@ class Connection(asyncio.Protocol):
             body = self._body
             if body:
                 data = body[0] if len(body) == 1 else b"".join(body)
-                body.clear()
-                self._buffered = 0
-                if self._paused and self.transport is not None and not self.lost:
-                    self._paused = False
-                    self.transport.resume_reading()
+                self._taken()
                 return data
             if self.error is not None:
                 raise self.translate(self.error)
             if self.complete:
                 raise StopAsyncIteration
-            self._waiter = self._loop.create_future()
-            if self.idle is not None:
-                self._waiting_since = self._loop.time()
             try:
-                await self._waiter
+                await self._arm()
             finally:
                 self._waiter = None
 
@@ -345,21 +354,14 @@ class Connection(asyncio.Protocol):
                 if size > limit:
                     return None
                 parts.extend(body)
-                body.clear()
-                self._buffered = 0
-                if self._paused and self.transport is not None and not self.lost:
-                    self._paused = False
-                    self.transport.resume_reading()
+                self._taken()
                 continue
             if self.error is not None:
                 raise self.translate(self.error)
             if self.complete:
                 break
-            self._waiter = self._loop.create_future()
-            if self.idle is not None:
-                self._waiting_since = self._loop.time()
             try:
-                await self._waiter
+                await self._arm()
             finally:
                 self._waiter = None
         return parts[0] if len(parts) == 1 else b"".join(parts)
