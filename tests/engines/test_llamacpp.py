@@ -568,6 +568,47 @@ def _read_line(process: subprocess.Popen[bytes], pattern: re.Pattern[bytes], tim
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads child processes from /proc")
+def _sse_events(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith(b"data: {")]
+
+
+def test_a_stream_under_auto_runs_to_its_end_where_llamacpps_own_parse_would_cut_it(
+    llama: LlamaServer, gateway: str, tiny: TinyModels
+) -> None:
+    """L-34: with tools under ``auto``, llama.cpp's lazy grammar and partial parse take over at the
+    model's ``<tool_call>``: a grammar that completes ends the stream with an error (L-33), markup its
+    partial parse cannot read stops the stream while the model generates on (L-34, the rest dropped
+    before L-32's error). The gateway reads this template's calls itself, so it sends such a stream
+    ``tool_choice: "none"``: every one of the ``max_tokens`` tokens reaches the client, the junk
+    ``<tool_call>`` text as content (no call in it parses), with ``finish_reason: "length"``.
+    A ``logit_bias`` on ``<tool_call>`` makes the model write it every few tokens; eight seeds."""
+    cut = 0
+    for seed in range(1, 9):
+        request = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "weather in Paris?"}],
+            "tools": TOOLS,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": 200,
+            "seed": seed,
+            "logit_bias": {str(tiny.ids["<tool_call>"]): 2},
+        }
+        status, headers, raw = raw_exchange(gateway, "/v1/chat/completions", request)
+        findings = check(exchange_from_bytes(raw, request=request, status=status, headers=headers))
+        assert status == 200 and not [f for f in findings if f.severity == "error"], _show(findings)
+        events = _sse_events(raw)
+        finishes = [c["finish_reason"] for e in events for c in e["choices"] if c.get("finish_reason")]
+        usage = [e["usage"] for e in events if e.get("usage")]
+        text = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
+        assert finishes == ["length"] and usage[0]["completion_tokens"] == 200, (seed, finishes, usage)
+        assert "<tool_call>" in text and not any(c["delta"].get("tool_calls") for e in events for c in e["choices"])
+        # the same request straight at llama.cpp: counted only (its sampling differs by CPU)
+        _, _, direct = raw_exchange(llama.url, "/v1/chat/completions", request)
+        cut += any("error" in e for e in _sse_events(direct))
+    print(f"llama.cpp's own stream ended in an error for {cut} of 8 seeds")
+
+
 def test_serve_with_no_upstream_runs_the_embedded_engine(tiny: TinyModels, tmp_path: Path) -> None:
     import openai
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oaishim.profiles import FAMILIES, PROFILES, detect, probe_paths, resolve
+from oaishim.profiles.detect import template_paths, with_template
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 VLLM = RECORDED / "vllm-0.32-cpu"
@@ -267,3 +269,47 @@ def test_a_family_ignores_the_version_of_a_backend_that_names_another_family() -
     assert profile is PROFILES["vllm@0.6.5"] and "looks like sglang" in reason
     profile, _ = resolve("llamacpp", "uvicorn", {"/props": {"build_info": "b11434"}, "/v1/models": None})
     assert profile is PROFILES["llamacpp@b9174"]  # nothing names another family: the version is trusted
+
+
+# -- the chat template (L-34) ------------------------------------------------------------------------
+
+HERMES_TEMPLATE = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<tool_call>\n{...}\n</tool_call>"
+OTHER_TEMPLATE = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<|tool_calls_section_begin|>"
+
+
+@pytest.mark.parametrize("build", ["b0-unknown", "b11434-abc"])
+def test_a_template_writing_calls_the_gateway_reads_has_streams_under_auto_read_as_text(build: str) -> None:
+    answers = {"/props": {"build_info": build, "chat_template": HERMES_TEMPLATE}, "/v1/models": None}
+    profile, reason = resolve("llamacpp", None, answers)
+    assert template_paths(profile, answers) == ()  # the template came with the version
+    adapted, why = with_template(profile, reason, answers)
+    assert adapted.tool_choice.calls_as_text and not profile.tool_choice.calls_as_text
+    assert why.startswith(reason) and "<tool_call>" in why
+    # everything else is the version's profile
+    assert replace(adapted, tool_choice=profile.tool_choice) == profile
+
+
+def test_a_template_writing_another_format_keeps_the_backends_own_parser() -> None:
+    answers = {"/props": {"build_info": "b11434", "chat_template": OTHER_TEMPLATE}}
+    profile, reason = resolve("llamacpp", None, answers)
+    adapted, why = with_template(profile, reason, answers)
+    assert adapted is profile and "does not read" in why
+
+
+@pytest.mark.parametrize("props", [None, {"build_info": "b11434"}, {"chat_template": 7}, ["<tool_call>"]])
+def test_no_readable_template_keeps_the_profile(props: Any) -> None:
+    answers = {"/props": props, "/v1/models": None}
+    profile, reason = resolve("llamacpp", None, answers)
+    assert with_template(profile, reason, answers) == (profile, reason)
+
+
+def test_auto_fetches_the_template_of_a_detected_llamacpp_only() -> None:
+    cards = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "llamacpp", "meta": {}}]}
+    answers: dict[str, Any] = {"/version": None, "/v1/models": cards}
+    profile, _ = resolve("auto", "llama.cpp", answers)
+    assert template_paths(profile, answers) == ("/props",)
+    vllm_cards = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]}
+    vllm, _ = resolve("auto", None, {"/version": {"version": "0.32.0"}, "/v1/models": vllm_cards})
+    assert vllm.name == "vllm" and template_paths(vllm, answers) == ()  # its family reads no template
+    answers["/props"] = {"chat_template": HERMES_TEMPLATE}
+    assert with_template(profile, "auto", answers)[0].tool_choice.calls_as_text

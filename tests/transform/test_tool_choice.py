@@ -4,6 +4,7 @@ profile sends, the decision on an answer, and the stream's tool-call repairs at 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,48 @@ def test_llamacpp_required_is_sent_as_it_is_and_checked(profile: str) -> None:
     assert body["tool_choice"] == "required" and len(body["tools"]) == 2
     assert prepared.tool_check == ""
     assert sent(profile, tool_choice="auto")[1].tool_check is None
+
+
+def _as_text(profile: str) -> Any:
+    """``profile`` as detection leaves it for a template that writes ``<tool_call>`` (L-34)."""
+    base = get_profile(profile)
+    return replace(base, tool_choice=replace(base.tool_choice, calls_as_text=True))
+
+
+@pytest.mark.parametrize("choice", [None, "auto"])
+def test_a_stream_under_auto_is_sent_none_with_the_tools_where_the_template_writes_calls_the_gateway_reads(
+    choice: Any,
+) -> None:
+    """L-34: llama.cpp's partial parse can go silent at call markup it cannot read and drop the rest;
+    under ``none`` every token streams as text, the tools still in the template, and the gateway parses."""
+    fields: dict[str, Any] = {"stream": True} if choice is None else {"stream": True, "tool_choice": choice}
+    prepared = prepare("chat", {**BASE, **fields}, _as_text("llamacpp@b9174"))
+    body = prepared.body
+    assert body["tool_choice"] == "none" and body["tools"] == [WEATHER, TIME]
+    assert "timings_per_token" not in body  # no refused parse can end it (L-32)
+    assert "calls_read_as_text" in prepared.repairs and prepared.tool_check is None
+    context = response_context("chat", prepared, Settings())
+    assert context.repair.tools and context.tool_mode == "auto"  # the gateway reads the calls
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"stream": False},  # a plain answer is asked again after a refused parse (L-31)
+        {"stream": True, "tool_choice": "required"},  # the backend's grammar forces the call
+        {"stream": True, "tool_choice": NAMED},
+    ],
+)
+def test_only_streams_under_auto_are_read_as_text(fields: dict[str, Any]) -> None:
+    as_text = prepare("chat", {**BASE, **fields}, _as_text("llamacpp@b9174"))
+    plain = prepare("chat", {**BASE, **fields}, get_profile("llamacpp@b9174"))
+    assert as_text.body == plain.body and as_text.repairs == plain.repairs
+
+
+def test_without_the_template_a_stream_under_auto_keeps_the_backends_parser() -> None:
+    body, prepared = sent("llamacpp@b9174", stream=True)
+    assert "tool_choice" not in body and body["timings_per_token"] is True
+    assert "calls_read_as_text" not in prepared.repairs
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,9 @@ Rules:
     message, ``include_usage`` sent explicitly), not necessarily the oldest profile.
   * ``version_paths`` are what the gateway GETs to learn the version for ``--profile <family>``,
     first answer wins; ``version_keys`` name the field of that answer that holds it.
+  * ``template_key`` names the field of a version answer that holds the chat template the backend
+    renders (llama.cpp's ``/props``): detection reads from it whether the gateway can read the calls
+    the template writes (``ToolChoiceSupport.text_markers``).
   * Identification signals are backend-written constants: the ``owned_by`` of ``/v1/models`` cards,
     keys only this backend adds to the models list or to a card, and the ``Server`` header substring
     kept on the profiles (:attr:`Profile.server_header`).
@@ -39,6 +42,7 @@ class Family:
     card_keys: frozenset[str] = frozenset()
     version_keys: tuple[str, ...] = ("version",)
     version_paths: tuple[str, ...] = ("/version",)
+    template_key: str | None = None
 
     @property
     def current(self) -> Profile:

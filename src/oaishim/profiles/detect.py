@@ -26,11 +26,18 @@ Rules, in order (data in each backend module's :class:`~oaishim.profiles._family
   3. a recognised backend without a readable version (or llama.cpp's ``b0-unknown``) gets the
      family's ``unknown_version`` profile; an unrecognised one gets ``generic``.
 Malformed bodies are treated as absent, never raised on.
+
+After the profile, the chat template (:func:`template_paths`, :func:`with_template`): where the
+family's version answer holds the template the backend renders (``Family.template_key``) and it writes
+calls with a marker the gateway reads from text (``ToolChoiceSupport.text_markers``), the profile
+gets ``calls_as_text`` (L-34). Under ``auto`` the version answer was not asked for, so it is fetched
+then; a pinned key asks nothing and keeps its profile as it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from oaishim.profiles._base import Profile
@@ -71,6 +78,37 @@ def resolve(name: str, server_header: str | None, answers: Mapping[str, Any]) ->
         return family.current, f"{family.name} has one profile: profile {_key_of(family, family.current)}"
     version_body = next((answers[p] for p in family.version_paths if answers.get(p) is not None), None)
     return detect_version(family, server_header, version_body, models)
+
+
+def template_paths(profile: Profile, answers: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths still to GET before :func:`with_template` can read ``profile``'s backend's template."""
+    family = family_of(profile.name)
+    if family is None or family.template_key is None or not profile.tool_choice.text_markers:
+        return ()
+    if any(path in answers for path in family.version_paths):
+        return ()
+    return family.version_paths
+
+
+def with_template(profile: Profile, reason: str, answers: Mapping[str, Any]) -> tuple[Profile, str]:
+    """``profile`` with ``calls_as_text`` where the template in ``answers`` writes calls the gateway reads."""
+    family = family_of(profile.name)
+    markers = profile.tool_choice.text_markers
+    if family is None or family.template_key is None or not markers:
+        return profile, reason
+    for path in family.version_paths:
+        body = answers.get(path)
+        template = body.get(family.template_key) if isinstance(body, Mapping) else None
+        if not isinstance(template, str):
+            continue
+        marker = next((m for m in markers if m in template), None)
+        if marker is None:
+            return profile, f"{reason}; its chat template writes calls the gateway does not read from text"
+        tool_choice = replace(profile.tool_choice, calls_as_text=True)
+        return replace(profile, tool_choice=tool_choice), (
+            f"{reason}; its chat template writes calls as {marker}: streams under tool_choice auto are read as text"
+        )
+    return profile, reason
 
 
 def detect_version(

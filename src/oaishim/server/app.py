@@ -16,7 +16,7 @@ import orjson
 from oaishim.capture.redact import MIN_SECRET, scrub_bytes, secret_needles
 from oaishim.profiles import get_profile
 from oaishim.profiles._base import Profile
-from oaishim.profiles.detect import probe_paths, resolve
+from oaishim.profiles.detect import probe_paths, resolve, template_paths, with_template
 from oaishim.server import relay
 from oaishim.server.access import AccessLog
 from oaishim.server.asgi import (
@@ -156,6 +156,13 @@ class Gateway(Dispatch):
 
     async def _detect(self, route: ModelRoute, paths: tuple[str, ...]) -> tuple[Profile, str]:
         found: dict[str, Any] = {}
+        server = await self._fetch(route, paths, found)
+        profile, reason = resolve(route.profile, server, found)
+        await self._fetch(route, template_paths(profile, found), found)  # the chat template (L-34)
+        return with_template(profile, reason, found)
+
+    async def _fetch(self, route: ModelRoute, paths: tuple[str, ...], found: dict[str, Any]) -> str | None:
+        """GET each of ``paths`` into ``found`` (its parsed body, None for no usable answer) -> the Server header."""
         server: str | None = None
         for path in paths:
             response = await self.upstreams.open(route, "GET", path, None, None)
@@ -169,7 +176,7 @@ class Gateway(Dispatch):
                 response.close()
             # An OpenAIError (no replica reachable, no answer in time) goes to the client: a profile
             # guessed from no answer at all would be cached for good.
-        return resolve(route.profile, server, found)
+        return server
 
     # -- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -14,6 +14,9 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
   answer is checked: a call of the function, whose arguments fit its ``parameters`` schema.
 * A backend meant to enforce it but seen not to (``verify``, llama.cpp): sent as above, and the answer
   checked all the same.
+* A stream under ``auto`` on a backend whose template writes calls the gateway reads from text
+  (``calls_as_text``, llama.cpp, L-34) is sent ``tool_choice: "none"`` with the tools: the backend
+  streams every token as text, and the gateway's text parser makes the calls.
 * ``parallel_tool_calls`` left out means ``true`` (the official default): a backend whose default is
   ``false`` (llama.cpp, L-3) is sent ``true``. ``false`` is sent as it is, and the response side keeps
   at most one call whatever the backend did (``ResponseContext.one_tool_call``).
@@ -94,7 +97,12 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     unsaid = client.get("parallel_tool_calls") is None
     if unsaid and not support.parallel_default and "parallel_tool_calls" not in profile.rejects:
         out["parallel_tool_calls"] = True  # what leaving it out means at OpenAI
-    if support.counts and support.unparsed and choice in (None, "auto") and client.get("stream") is True:
+    if support.calls_as_text and choice in (None, "auto") and client.get("stream") is True:
+        # L-34: the backend's partial parse may go silent at markup it cannot read and drop the rest;
+        # its template still lists the tools, and the gateway reads the calls from the text
+        out["tool_choice"] = "none"
+        repairs.append("calls_read_as_text")
+    elif support.counts and support.unparsed and choice in (None, "auto") and client.get("stream") is True:
         # L-32: a refused parse ends such a stream without its usage; the counts on each chunk stand in
         out[support.counts] = True
     check: str | None = None
