@@ -365,3 +365,63 @@ def test_llamacpp_answering_required_with_text_is_asked_again_then_an_openai_err
     app, fake = gateway("llamacpp@b9174", Canned(LLAMA_TEXT), Canned(LLAMA_TEXT))
     reply = post(app, {**ASK, "tool_choice": "required"})
     assert reply.status == 502 and reply.json()["error"]["code"] == "tool_choice_not_honoured"
+
+
+# -- llama.cpp streams under auto read as text (L-34) ----------------------------------------------
+
+LS = FIXTURES / "recorded" / "llamacpp-server"
+HERMES = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<tool_call>\n{...}\n</tool_call>"
+CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def _llamacpp_like(template: str, stream: bytes) -> tuple[Gateway, Any]:
+    """A gateway on ``--profile auto`` in front of a fake llama.cpp: its recorded ``/v1/models``
+    (``Server: llama.cpp``), no ``/version``, ``/props`` with ``template``; a POST gets ``stream``."""
+
+    def answer(seen: Any) -> Canned:
+        if seen.path == "/v1/models":
+            return Canned((LS / "ls.models.body").read_bytes(), headers={"Server": "llama.cpp"})
+        if seen.path == "/props":
+            return Canned(json.dumps({"build_info": "b11434-abc", "chat_template": template}).encode())
+        if seen.path == "/version":
+            return Canned(b'{"error": {"code": 404, "message": "File Not Found"}}', 404)
+        return sse_answer(stream)
+
+    app, fake = gateway("auto")
+    fake.responder = answer
+    return app, fake
+
+
+def _content_stream(*pieces: str) -> bytes:
+    chunks = [{"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    base = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return b"".join(b"data: " + json.dumps({**base, **c}).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def test_auto_detection_reads_llamacpps_template_and_streams_under_auto_go_as_text() -> None:
+    """Detected as llama.cpp, its ``/props`` template writes ``<tool_call>``: a stream under ``auto`` is
+    sent ``none`` with the tools, and the call llama.cpp then streams as text reaches the client as a call."""
+    app, fake = _llamacpp_like(HERMES, _content_stream(*(CALL_TEXT[i : i + 7] for i in range(0, len(CALL_TEXT), 7))))
+    reply = post(app, {**ASK, "tool_choice": "auto", "stream": True})
+    assert reply.status == 200
+    assert [s.path for s in fake.seen][-2:] == ["/props", "/v1/chat/completions"]  # fetched after detection
+    sent = json.loads(fake.seen[-1].body)
+    assert sent["tool_choice"] == "none" and sent["tools"] == TOOLS and "timings_per_token" not in sent
+    chunks = [json.loads(e[6:]) for e in reply.body.split(b"\n\n") if e.startswith(b"data: {")]
+    (choice,) = accumulate_chat(chunks)["choices"]
+    assert choice["finish_reason"] == "tool_calls" and not choice["message"]["content"]
+    (call,) = choice["message"]["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("get_weather", {"city": "Paris"})
+    assert repaired(app, "calls_read_as_text") == 1
+    post(app, {**ASK, "tool_choice": "auto", "stream": True})
+    assert [s.path for s in fake.seen].count("/props") == 1  # the profile is kept for the route
+
+
+def test_auto_detection_keeps_llamacpps_parser_for_a_template_it_cannot_read() -> None:
+    app, fake = _llamacpp_like("{{ tools }}<|tool_calls_section_begin|>", _content_stream("Hello"))
+    reply = post(app, {**ASK, "stream": True})
+    assert reply.status == 200
+    sent = json.loads(fake.seen[-1].body)
+    assert "tool_choice" not in sent and sent["timings_per_token"] is True  # L-32's counts, as before
+    assert repaired(app, "calls_read_as_text") == 0
