@@ -414,7 +414,12 @@ def test_auto_detection_reads_llamacpps_template_and_streams_under_auto_go_as_te
     (call,) = choice["message"]["tool_calls"]
     assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("get_weather", {"city": "Paris"})
     assert repaired(app, "calls_read_as_text") == 1
-    post(app, {**ASK, "tool_choice": "auto", "stream": True})
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    reply = post(app, {"model": "m", "input": "Weather in Paris?", "tools": tools, "stream": True}, "/v1/responses")
+    assert reply.status == 200 and json.loads(fake.seen[-1].body)["tool_choice"] == "none"
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls(final(reply.body))] == [
+        ("get_weather", {"city": "Paris"})
+    ]
     assert [s.path for s in fake.seen].count("/props") == 1  # the profile is kept for the route
 
 
