@@ -273,8 +273,22 @@ def test_a_family_ignores_the_version_of_a_backend_that_names_another_family() -
 
 # -- the chat template (L-34) ------------------------------------------------------------------------
 
-HERMES_TEMPLATE = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<tool_call>\n{...}\n</tool_call>"
+HERMES_TEMPLATE = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<tool_call>\\n{...}\\n</tool_call>"
 OTHER_TEMPLATE = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<|tool_calls_section_begin|>"
+# How each format's template writes (or describes) a call, in short: the gateway reads those in READ
+# from text; in NOT_READ, Qwen3-Coder's XML and GLM's key/value tags come inside <tool_call> too, not JSON.
+READ = {
+    "qwen3, escaped newline": '{{- \'<tool_call>\\n{"name": <function-name>, "arguments": <args>}\\n</tool_call>\' }}',
+    "hermes 2 pro, arguments first": 'Return <tool_call>\n{"arguments": <args-dict>, "name": <function-name>}\n</tool_call>',
+    "minimax-m2": "{{- '<minimax:tool_call>\\n' }}{%- for tc in message.tool_calls %}<invoke name=",
+    "mistral": "{{- '[TOOL_CALLS]' + tool_call.name + '[ARGS]' + arguments }}",
+}
+NOT_READ = {
+    "qwen3-coder": "{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}",
+    "glm": "{{- '<tool_call>' }}{{ tc.name }}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>",
+    "glm, a jinja tag after the tag": "<tool_call>{{ tc.name }}</tool_call>",
+    "no tools": OTHER_TEMPLATE,
+}
 
 
 @pytest.mark.parametrize("build", ["b0-unknown", "b11434-abc"])
@@ -289,8 +303,16 @@ def test_a_template_writing_calls_the_gateway_reads_has_streams_under_auto_read_
     assert replace(adapted, tool_choice=profile.tool_choice) == profile
 
 
-def test_a_template_writing_another_format_keeps_the_backends_own_parser() -> None:
-    answers = {"/props": {"build_info": "b11434", "chat_template": OTHER_TEMPLATE}}
+@pytest.mark.parametrize("template", READ.values(), ids=READ.keys())
+def test_each_format_the_gateway_reads_is_recognised_in_a_template(template: str) -> None:
+    answers = {"/props": {"build_info": "b11434", "chat_template": template}}
+    profile, reason = resolve("llamacpp", None, answers)
+    assert with_template(profile, reason, answers)[0].tool_choice.calls_as_text
+
+
+@pytest.mark.parametrize("template", NOT_READ.values(), ids=NOT_READ.keys())
+def test_a_template_writing_another_format_keeps_the_backends_own_parser(template: str) -> None:
+    answers = {"/props": {"build_info": "b11434", "chat_template": template}}
     profile, reason = resolve("llamacpp", None, answers)
     adapted, why = with_template(profile, reason, answers)
     assert adapted is profile and "does not read" in why

@@ -35,12 +35,14 @@ was streamed is the whole constrained answer, so the stream ends as that answer.
 (llama.cpp's ``timings_per_token``), sent on a stream under ``auto`` where ``unparsed`` may end it
 without its usage: the last count stands in for it.
 
-``text_markers``: the opening markers of call formats the gateway reads from text itself
-(``transform.toolcalls``). Where the backend's chat template writes calls with one of them (read at
-detection: ``Family.template_key``), detection sets ``calls_as_text``: a stream under ``auto`` is
-then sent ``tool_choice: "none"`` with the tools (the template still lists them) and the gateway
-reads the calls from the text. llama.cpp's partial parse can stop at call markup it cannot read and
-send nothing more: it generates the rest in silence and drops it, ending with L-32's error (L-34).
+``text_calls``: patterns (regular expressions) of call formats the gateway reads from text itself
+(``transform.toolcalls``), as a chat template writes them. Where the backend's template matches one
+(read at detection: ``Family.template_key``), detection sets ``calls_as_text``: a stream under
+``auto`` is then sent ``tool_choice: "none"`` with the tools (the template still lists them) and the
+gateway reads the calls from the text. llama.cpp's partial parse can stop at call markup it cannot
+read and send nothing more: it generates the rest in silence and drops it, ending with L-32's error
+(L-34). A pattern names the format, not only its tag: Qwen3-Coder and GLM write ``<tool_call>`` too,
+followed by XML the gateway does not read, and keep the backend's parser.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class ToolChoiceSupport:
     counts: str | None = None
     grammar_done: str | None = None
     none_hides_tools: bool = False  # tool_choice "none": tools (and the choice) are not sent at all
-    text_markers: tuple[str, ...] = ()
+    text_calls: tuple[str, ...] = ()
     calls_as_text: bool = False  # set at detection, from the backend's chat template
     parallel_default: bool = True  # the backend's own default for parallel_tool_calls
 

@@ -29,13 +29,14 @@ Malformed bodies are treated as absent, never raised on.
 
 After the profile, the chat template (:func:`template_paths`, :func:`with_template`): where the
 family's version answer holds the template the backend renders (``Family.template_key``) and it writes
-calls with a marker the gateway reads from text (``ToolChoiceSupport.text_markers``), the profile
+calls in a format the gateway reads from text (``ToolChoiceSupport.text_calls``), the profile
 gets ``calls_as_text`` (L-34). Under ``auto`` the version answer was not asked for, so it is fetched
 then; a pinned key asks nothing and keeps its profile as it is.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -83,7 +84,7 @@ def resolve(name: str, server_header: str | None, answers: Mapping[str, Any]) ->
 def template_paths(profile: Profile, answers: Mapping[str, Any]) -> tuple[str, ...]:
     """The paths still to GET before :func:`with_template` can read ``profile``'s backend's template."""
     family = family_of(profile.name)
-    if family is None or family.template_key is None or not profile.tool_choice.text_markers:
+    if family is None or family.template_key is None or not profile.tool_choice.text_calls:
         return ()
     if any(path in answers for path in family.version_paths):
         return ()
@@ -93,20 +94,20 @@ def template_paths(profile: Profile, answers: Mapping[str, Any]) -> tuple[str, .
 def with_template(profile: Profile, reason: str, answers: Mapping[str, Any]) -> tuple[Profile, str]:
     """``profile`` with ``calls_as_text`` where the template in ``answers`` writes calls the gateway reads."""
     family = family_of(profile.name)
-    markers = profile.tool_choice.text_markers
-    if family is None or family.template_key is None or not markers:
+    patterns = profile.tool_choice.text_calls
+    if family is None or family.template_key is None or not patterns:
         return profile, reason
     for path in family.version_paths:
         body = answers.get(path)
         template = body.get(family.template_key) if isinstance(body, Mapping) else None
         if not isinstance(template, str):
             continue
-        marker = next((m for m in markers if m in template), None)
-        if marker is None:
+        found = next((m for m in (re.search(p, template) for p in patterns) if m is not None), None)
+        if found is None:
             return profile, f"{reason}; its chat template writes calls the gateway does not read from text"
         tool_choice = replace(profile.tool_choice, calls_as_text=True)
         return replace(profile, tool_choice=tool_choice), (
-            f"{reason}; its chat template writes calls as {marker}: streams under tool_choice auto are read as text"
+            f"{reason}; its chat template writes calls as {found.group()!r}: streams under tool_choice auto are read as text"
         )
     return profile, reason
 

