@@ -6,16 +6,18 @@ what the gateway sends and answers, not about sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake import gateway, post, sse_answer
+from _fake import BASE, FakeUpstream, gateway, post, sse_answer
 from _responses import calls, events, final, text
 from _servers import Canned
 
 from oaishim.server.app import Gateway
+from oaishim.server.config import ModelRoute, Settings
 from oaishim.wire.accumulate import accumulate_chat
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -374,7 +376,7 @@ HERMES = "{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<tool_call>\n{
 CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
-def _llamacpp_like(template: str, stream: bytes) -> tuple[Gateway, Any]:
+def _llamacpp_like(template: str, stream: bytes, *, text_repair: bool = True) -> tuple[Gateway, Any]:
     """A gateway on ``--profile auto`` in front of a fake llama.cpp: its recorded ``/v1/models``
     (``Server: llama.cpp``), no ``/version``, ``/props`` with ``template``; a POST gets ``stream``."""
 
@@ -387,8 +389,10 @@ def _llamacpp_like(template: str, stream: bytes) -> tuple[Gateway, Any]:
             return Canned(b'{"error": {"code": 404, "message": "File Not Found"}}', 404)
         return sse_answer(stream)
 
-    app, fake = gateway("auto")
+    fake = FakeUpstream()
     fake.responder = answer
+    app = Gateway(Settings(models=(ModelRoute("m", (BASE,), "auto"),), state="memory", text_repair=text_repair), fake)
+    asyncio.run(app.startup())
     return app, fake
 
 
@@ -430,3 +434,12 @@ def test_auto_detection_keeps_llamacpps_parser_for_a_template_it_cannot_read() -
     sent = json.loads(fake.seen[-1].body)
     assert "tool_choice" not in sent and sent["timings_per_token"] is True  # L-32's counts, as before
     assert repaired(app, "calls_read_as_text") == 0
+
+
+def test_without_text_repair_the_template_is_not_read_and_llamacpp_parses_its_calls() -> None:
+    """``--no-text-repair``: the gateway parses no call text, so a stream sent ``none`` would hand the
+    client raw markup; llama.cpp keeps its parser and the template is not fetched."""
+    app, fake = _llamacpp_like(HERMES, _content_stream("Hello"), text_repair=False)
+    assert post(app, {**ASK, "stream": True}).status == 200
+    assert "/props" not in [s.path for s in fake.seen]
+    assert "tool_choice" not in json.loads(fake.seen[-1].body)

@@ -158,6 +158,8 @@ class Gateway(Dispatch):
         found: dict[str, Any] = {}
         server = await self._fetch(route, paths, found)
         profile, reason = resolve(route.profile, server, found)
+        if not self.settings.text_repair:  # the gateway parses no call text: the backend's parser stays
+            return profile, reason
         await self._fetch(route, template_paths(profile, found), found)  # the chat template (L-34)
         return with_template(profile, reason, found)
 
