@@ -16,7 +16,7 @@ Rules:
     first answer wins; ``version_keys`` name the field of that answer that holds it.
   * ``template_key`` names the field of a version answer that holds the chat template the backend
     renders (llama.cpp's ``/props``): detection reads from it whether the gateway can read the calls
-    the template writes (``ToolChoiceSupport.text_markers``).
+    the template writes (``ToolChoiceSupport.text_calls``).
   * Identification signals are backend-written constants: the ``owned_by`` of ``/v1/models`` cards,
     keys only this backend adds to the models list or to a card, and the ``Server`` header substring
     kept on the profiles (:attr:`Profile.server_header`).

@@ -81,28 +81,33 @@ def resolve(name: str, server_header: str | None, answers: Mapping[str, Any]) ->
     return detect_version(family, server_header, version_body, models)
 
 
-def template_paths(profile: Profile, answers: Mapping[str, Any]) -> tuple[str, ...]:
-    """The paths still to GET before :func:`with_template` can read ``profile``'s backend's template."""
+def _template_family(profile: Profile) -> Family | None:
+    """``profile``'s family, where its version answer holds a template and the profile has call patterns."""
     family = family_of(profile.name)
     if family is None or family.template_key is None or not profile.tool_choice.text_calls:
-        return ()
-    if any(path in answers for path in family.version_paths):
+        return None
+    return family
+
+
+def template_paths(profile: Profile, answers: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths still to GET before :func:`with_template` can read ``profile``'s backend's template."""
+    family = _template_family(profile)
+    if family is None or any(path in answers for path in family.version_paths):
         return ()
     return family.version_paths
 
 
 def with_template(profile: Profile, reason: str, answers: Mapping[str, Any]) -> tuple[Profile, str]:
     """``profile`` with ``calls_as_text`` where the template in ``answers`` writes calls the gateway reads."""
-    family = family_of(profile.name)
-    patterns = profile.tool_choice.text_calls
-    if family is None or family.template_key is None or not patterns:
+    family = _template_family(profile)
+    if family is None or family.template_key is None:
         return profile, reason
     for path in family.version_paths:
         body = answers.get(path)
         template = body.get(family.template_key) if isinstance(body, Mapping) else None
         if not isinstance(template, str):
             continue
-        found = next((m for m in (re.search(p, template) for p in patterns) if m is not None), None)
+        found = next((m for m in (re.search(p, template) for p in profile.tool_choice.text_calls) if m), None)
         if found is None:
             return profile, f"{reason}; its chat template writes calls the gateway does not read from text"
         tool_choice = replace(profile.tool_choice, calls_as_text=True)

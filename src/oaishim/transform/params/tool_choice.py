@@ -97,12 +97,13 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     unsaid = client.get("parallel_tool_calls") is None
     if unsaid and not support.parallel_default and "parallel_tool_calls" not in profile.rejects:
         out["parallel_tool_calls"] = True  # what leaving it out means at OpenAI
-    if support.calls_as_text and choice in (None, "auto") and client.get("stream") is True:
+    streamed_auto = choice in (None, "auto") and client.get("stream") is True
+    if support.calls_as_text and streamed_auto:
         # L-34: the backend's partial parse may go silent at markup it cannot read and drop the rest;
         # its template still lists the tools, and the gateway reads the calls from the text
         out["tool_choice"] = "none"
         repairs.append("calls_read_as_text")
-    elif support.counts and support.unparsed and choice in (None, "auto") and client.get("stream") is True:
+    elif support.counts and support.unparsed and streamed_auto:
         # L-32: a refused parse ends such a stream without its usage; the counts on each chunk stand in
         out[support.counts] = True
     check: str | None = None
