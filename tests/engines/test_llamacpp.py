@@ -568,8 +568,11 @@ def _read_line(process: subprocess.Popen[bytes], pattern: re.Pattern[bytes], tim
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads child processes from /proc")
-def _sse_events(raw: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith(b"data: {")]
+def _sse_events(raw: bytes, **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """(the exchange, its events' JSON, ``[DONE]`` aside)."""
+    exchange = exchange_from_bytes(raw, **kw)
+    assert exchange.events is not None, raw[:200]
+    return exchange, [json.loads(e.data) for e in exchange.events if e.data != "[DONE]"]
 
 
 def test_a_stream_under_auto_runs_to_its_end_where_llamacpps_own_parse_would_cut_it(
@@ -595,9 +598,9 @@ def test_a_stream_under_auto_runs_to_its_end_where_llamacpps_own_parse_would_cut
             "logit_bias": {str(tiny.ids["<tool_call>"]): 2},
         }
         status, headers, raw = raw_exchange(gateway, "/v1/chat/completions", request)
-        findings = check(exchange_from_bytes(raw, request=request, status=status, headers=headers))
+        exchange, events = _sse_events(raw, request=request, status=status, headers=headers)
+        findings = check(exchange)
         assert status == 200 and not [f for f in findings if f.severity == "error"], _show(findings)
-        events = _sse_events(raw)
         finishes = [c["finish_reason"] for e in events for c in e["choices"] if c.get("finish_reason")]
         usage = [e["usage"] for e in events if e.get("usage")]
         text = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
@@ -605,7 +608,7 @@ def test_a_stream_under_auto_runs_to_its_end_where_llamacpps_own_parse_would_cut
         assert "<tool_call>" in text and not any(c["delta"].get("tool_calls") for e in events for c in e["choices"])
         # the same request straight at llama.cpp: counted only (its sampling differs by CPU)
         _, _, direct = raw_exchange(llama.url, "/v1/chat/completions", request)
-        cut += any("error" in e for e in _sse_events(direct))
+        cut += any("error" in e for e in _sse_events(direct)[1])
     print(f"llama.cpp's own stream ended in an error for {cut} of 8 seeds")
 
 
