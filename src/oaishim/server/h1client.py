@@ -74,6 +74,9 @@ def _media_type(value: bytes | None) -> str:
     return value.split(b";", 1)[0].strip().decode("latin-1").lower()
 
 
+_GONE = httptools.HttpResponseParser(object())  # what a closed connection holds instead of its parser
+
+
 class Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
@@ -153,6 +156,7 @@ class Connection(asyncio.Protocol):
             else:
                 self._fail(Broken(type(exc).__name__ if exc else "ServerDisconnectedError", before_head=True))
         self._wake()
+        self.parser = _GONE  # (it calls this connection's methods: a cycle; nothing more is parsed)
 
     def data_received(self, data: bytes) -> None:
         if self.idle is not None:
@@ -379,6 +383,9 @@ class Connection(asyncio.Protocol):
             self._pool.release(self)
         else:
             self.lost = True
+            # The parser and the response (by ``translate``) point back at this connection: cycles
+            # only the collector would free, where nothing is parsed or translated any more.
+            self.parser, self.translate = _GONE, _same
             if self.transport is not None:
                 self.transport.close()
 

@@ -83,6 +83,9 @@ def _answer(error: OpenAIError, date: bytes) -> bytes:
     return head + body
 
 
+_GONE = httptools.HttpRequestParser(object())  # what a lost connection holds instead of its parser
+
+
 class HttpConnection(asyncio.Protocol):
     __slots__ = (
         "_deadline",
@@ -169,6 +172,10 @@ class HttpConnection(asyncio.Protocol):
             if cycle is not None:
                 cycle.lost()
         self._wake_writer()
+        # The parser calls this connection's methods and the last request points back at it: a
+        # cycle only the collector would free. Nothing is parsed once the connection is gone.
+        self.parser = _GONE
+        self.parsing = None
 
     def shutdown(self) -> None:
         """The server is stopping: an idle connection closes now, a busy one after its answer."""
@@ -380,6 +387,13 @@ class HttpConnection(asyncio.Protocol):
         else:
             if not cycle.complete:
                 self._unfinished(cycle)
+        finally:
+            # The extensions are the request's bound methods, and a lost connection still points at
+            # the request it was answering: cycles (the request, its scope, its headers and body)
+            # only the collector would free. Taken away, reference counting frees them now.
+            del cycle.scope["extensions"]
+            if cycle.disconnected and self.answering is cycle:
+                self.answering = None
 
     def _unfinished(self, cycle: Cycle) -> None:
         """The app ended without a complete answer: a 500 if none began, else the connection is
