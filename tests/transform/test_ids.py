@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import os
 import string
+import threading
 
 from oaishim.transform import ids
 
@@ -24,3 +26,50 @@ def test_each_kept_byte_gives_each_character_equally_often_and_the_rest_are_drop
     counts = collections.Counter(kept.decode())
     assert set(counts) == set(string.ascii_letters + string.digits)
     assert set(counts.values()) == {4}
+
+
+def test_random_bytes_are_fresh_across_draws_and_any_size() -> None:
+    """Drawn ahead in blocks: a take that crosses a block's end, or is larger than one, still gets
+    as many bytes as asked, none handed out twice."""
+    taken = [ids.random_bytes(24) for _ in range(3 * ids._Pool.DRAW // 24 + 5)]
+    assert all(len(t) == 24 for t in taken)
+    assert len(set(taken)) == len(taken)
+    big = ids.random_bytes(3 * ids._Pool.DRAW + 1)
+    assert len(big) == 3 * ids._Pool.DRAW + 1
+    assert ids.random_bytes(24) not in big
+    assert len(ids.random_hex(16)) == 32 and int(ids.random_hex(16), 16) >= 0
+
+
+def test_a_forked_child_makes_ids_of_its_own() -> None:
+    """``oaishim serve --workers N`` forks: a child must not hand out the bytes its parent drew ahead
+    (the same ids in two workers)."""
+    ids.random_bytes(8)  # the parent holds a block, most of it not handed out yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        try:
+            os.write(write, ids.random_hex(16).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    parent = ids.random_hex(16)
+    assert len(child) == len(parent) == 32
+    assert child != parent
+
+
+def test_threads_never_get_the_same_bytes() -> None:
+    made: list[list[bytes]] = [[] for _ in range(4)]
+
+    def work(out: list[bytes]) -> None:
+        out.extend(ids.random_bytes(8) for _ in range(5000))
+
+    threads = [threading.Thread(target=work, args=(out,)) for out in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [b for out in made for b in out]
+    assert len(set(every)) == len(every) == 20000

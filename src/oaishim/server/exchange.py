@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from oaishim.server.asgi import Headers, Message, Scope, Scrubbing, Send
 from oaishim.server.config import VirtualKey
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.fanin import FanIn
+from oaishim.transform.ids import random_hex
 from oaishim.transform.output_format import KINDS as FORMAT_KINDS
 from oaishim.transform.pipe import StreamPipe
 from oaishim.transform.request import PreparedRequest
@@ -65,7 +65,7 @@ def _sane(value: bytes | None) -> str | None:
 
 
 def new_request_id() -> str:
-    return "req_" + os.urandom(16).hex()  # OpenAI's shape: req_ and 32 hex digits (secrets.token_hex, inline)
+    return "req_" + random_hex(16)  # OpenAI's shape: req_ and 32 hex digits
 
 
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:

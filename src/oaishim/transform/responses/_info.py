@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import itertools
 import re
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from oaishim.transform.ids import random_hex
 from oaishim.wire.errors import OpenAIError
 
 __all__ = [
@@ -37,7 +37,7 @@ INCLUDE_LOGPROBS = "message.output_text.logprobs"
 
 def new_id(prefix: str) -> str:
     """``resp_``, ``msg_``, ``rs_``, ``fc_`` + 48 hex digits, the length the real ids have."""
-    return f"{prefix}_{secrets.token_hex(24)}"
+    return f"{prefix}_{random_hex(24)}"
 
 
 _ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{48})[0-9a-f]{4}")
