@@ -71,6 +71,7 @@ HOT = (
             "h1cycle",
             "http",
             "metrics",
+            "outbox",
             "recorder",
             "upstream",
         )

@@ -28,6 +28,8 @@ from typing import Any, cast
 
 import httptools
 
+from oaishim.server.outbox import HOLD_MAX, Outbox
+
 HIGH_WATER = 256 * 1024
 Origin = tuple[str, str, int]  # scheme, host, port
 
@@ -88,6 +90,7 @@ class Connection(asyncio.Protocol):
         "_idle_timer",
         "_last",
         "_loop",
+        "_out",
         "_paused",
         "_pool",
         "_waiter",
@@ -115,6 +118,7 @@ class Connection(asyncio.Protocol):
         self.lost = False
         self.reused = False
         self.idle_since = 0.0
+        self._out = b""  # a request held to the end of the loop's turn (server.outbox)
         self._reset()
 
     def _reset(self) -> None:
@@ -232,10 +236,17 @@ class Connection(asyncio.Protocol):
         """Write one request; ``no_body``: it is a HEAD, whose answer ends with its head."""
         assert self.transport is not None
         self.no_body = no_body
-        if body:
-            self.transport.writelines((head, body))
-        else:
-            self.transport.write(head)
+        data = head + body if body else head
+        if len(data) > HOLD_MAX or self._pool.outbox.first(self._loop):
+            self.transport.write(data)
+        else:  # the turn's others go out with it at its end
+            self._out = data
+            self._pool.outbox.hold(self)
+
+    def flush(self) -> None:
+        data, self._out = self._out, b""
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def head_within(self, seconds: float) -> asyncio.Future[Head]:
         """``head``, failed with ``TimeoutError`` if it is not in within ``seconds`` (a timer on the
@@ -417,6 +428,7 @@ class Pool:
         self.keepalive = keepalive
         # The loop, looked up once: asyncio's lookup calls getpid() (a system call) each time.
         self.loop = asyncio.get_running_loop()
+        self.outbox = Outbox()  # its connections' requests, a turn of the loop at a time
         self._idle: dict[Origin, list[Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._sweeper: asyncio.TimerHandle | None = None

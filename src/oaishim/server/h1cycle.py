@@ -49,6 +49,8 @@ class Connection(Protocol):
 
     async def drain(self) -> None: ...  # until the client's connection takes writes again
 
+    def write(self, data: bytes) -> None: ...  # to the client, in order (held to the turn's end: server.outbox)
+
     def resume_reading(self) -> None: ...
 
     def answered(self, cycle: Cycle) -> None: ...  # ``cycle``'s response is complete
@@ -143,7 +145,7 @@ class Cycle:
             self.expect_100 = False
             waiting = self.more_body and not self.body and not (self.started or self.disconnected)
             if waiting and not conn.transport.is_closing():
-                conn.transport.write(_CONTINUE)
+                conn.write(_CONTINUE)
         if not self.ready and not self.disconnected and not self.complete:
             conn.resume_reading()
             waiter = self._waiter = conn.loop.create_future()
@@ -229,7 +231,7 @@ class Cycle:
             self._head = None
             data = head + data
         if data:
-            self.conn.transport.write(data)
+            self.conn.write(data)
 
     def _body(self, body: bytes, more: bool) -> None:
         if self.chunked:

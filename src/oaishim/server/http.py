@@ -42,6 +42,7 @@ import httptools
 
 from oaishim.server.exchange import DIRECT_BODY, ON_GONE
 from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
+from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
 
 log = logging.getLogger("oaishim.http")
@@ -74,6 +75,7 @@ class ServerState:
     stopping: bool = False  # the server is draining: a connection made now is shut down at once
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    outbox: Outbox = field(default_factory=Outbox)  # the connections' writes, a turn of the loop at a time
 
 
 def _answer(error: OpenAIError, date: bytes) -> bytes:
@@ -92,7 +94,9 @@ class HttpConnection(asyncio.Protocol):
         "_head_bytes",
         "_headers",
         "_heads",
+        "_held",
         "_in_head",
+        "_out",
         "_refused",
         "_stall",
         "_stopped",
@@ -126,6 +130,8 @@ class HttpConnection(asyncio.Protocol):
         self.queue: deque[Cycle] = deque()  # pipelined requests behind it
         self.read_paused = self.write_paused = False
         self._writable: asyncio.Future[None] | None = None
+        self._out: list[bytes] = []  # written in this turn of the loop, after its first write (server.outbox)
+        self._held = 0  # their bytes
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._in_head = True  # between requests or inside a head: bytes count toward max_header_bytes
@@ -142,6 +148,35 @@ class HttpConnection(asyncio.Protocol):
     @property
     def date(self) -> bytes:
         return self.state.date
+
+    # -- writing (server.outbox) -------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        """``data`` to the client: now if it is the loop turn's first write, else at the turn's end
+        with the others (in order; at once past ``HOLD_MAX`` bytes)."""
+        out = self._out
+        if out:
+            out.append(data)
+            self._held += len(data)
+            if self._held > HOLD_MAX:
+                self.flush()
+        elif self.state.outbox.first(self.loop):
+            self.transport.write(data)
+        else:
+            out.append(data)
+            self._held = len(data)
+            self.state.outbox.hold(self)
+
+    def flush(self) -> None:
+        """What this connection holds, written now (dropped if the connection is closing)."""
+        out = self._out
+        if out:
+            self._out, self._held = [], 0
+            if not self.transport.is_closing():
+                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _close(self) -> None:
+        self.flush()
+        self.transport.close()
 
     # -- connection ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -176,11 +211,12 @@ class HttpConnection(asyncio.Protocol):
         # cycle only the collector would free. Nothing is parsed once the connection is gone.
         self.parser = _GONE
         self.parsing = None
+        self._out, self._held = [], 0  # (nothing more can be written)
 
     def shutdown(self) -> None:
         """The server is stopping: an idle connection closes now, a busy one after its answer."""
         if self.answering is None:
-            self.transport.close()
+            self._close()
         else:
             self.answering.keep_alive = False
 
@@ -402,8 +438,8 @@ class HttpConnection(asyncio.Protocol):
             return
         if not cycle.started:
             error = internal_error("The server had an error while processing your request.")
-            self.transport.write(_answer(error, self.state.date))
-        self.transport.close()
+            self.write(_answer(error, self.state.date))
+        self._close()
 
     def answered(self, cycle: Cycle) -> None:
         """``cycle``'s response is complete: close, or go on with the next request."""
@@ -413,7 +449,7 @@ class HttpConnection(asyncio.Protocol):
             if self._stopped:
                 self._linger()  # the requests past the full pipeline are unread: no reset before the answers
             else:
-                self.transport.close()
+                self._close()
             return
         self._waiting_since = self.loop.time()
         if self.queue:
@@ -467,9 +503,9 @@ class HttpConnection(asyncio.Protocol):
         if why == _LINGER:
             self.transport.abort()  # the answer had its time; a client that does not read holds nothing
         elif why == _IDLE:
-            self.transport.close()
+            self._close()
         elif why == _BODY and self.parsing is not None and self.parsing.complete:
-            self.transport.close()  # its answer went out already (an early refusal): nothing more to say
+            self._close()  # its answer went out already (an early refusal): nothing more to say
         elif why == _BODY:
             seconds = self.state.limits.body_timeout
             self._refuse(timeout(f"The request body did not arrive within {seconds:g} s.", 408))
@@ -477,7 +513,7 @@ class HttpConnection(asyncio.Protocol):
             # a pipelined head behind a response still being sent: its time starts after that response
             self._expect(_HEAD, self.state.limits.header_timeout)
         elif self._head_bytes == 0:
-            self.transport.close()  # no request begun: nothing to answer
+            self._close()  # no request begun: nothing to answer
         else:
             seconds = self.state.limits.header_timeout
             self._refuse(timeout(f"The request headers did not arrive within {seconds:g} s.", 408))
@@ -495,15 +531,16 @@ class HttpConnection(asyncio.Protocol):
                 started = started or cycle.started
                 cycle.lost()  # the app's receive() returns http.disconnect; its sends are dropped
         if started:  # an answer is under way: nothing can be added to it
-            self.transport.close()
+            self._close()
             return
         log.debug("refused a request: %d %s", error.status, error.message)
-        self.transport.write(_answer(error, self.state.date))
+        self.write(_answer(error, self.state.date))
         self._linger()
 
     def _linger(self) -> None:
         """End the connection's sending, read (and drop) what the client still sends for a while,
         then close: a close with unread bytes makes the kernel send RST, which drops the answer."""
+        self.flush()
         if self.transport.can_write_eof():
             self.transport.write_eof()
         if self.read_paused:
