@@ -50,6 +50,20 @@ async def _settle() -> None:
     await asyncio.sleep(0.02)
 
 
+def _busy(requests: int) -> ServerState:
+    """A server's state with ``requests`` requests under way (tasks that wait, as an answer does)."""
+    state = ServerState(app=None, limits=HttpLimits())
+    loop = asyncio.get_running_loop()
+    for _ in range(requests):
+        state.tasks.add(loop.create_task(asyncio.sleep(30)))
+    return state
+
+
+def _done(state: ServerState) -> None:
+    for task in state.tasks:
+        task.cancel()
+
+
 async def _client_connection(state: ServerState) -> tuple[HttpConnection, socket.socket]:
     ours, peer = socket.socketpair()
     loop = asyncio.get_running_loop()
@@ -61,7 +75,7 @@ async def _client_connection(state: ServerState) -> tuple[HttpConnection, socket
 @pytest.mark.parametrize("loop_name", LOOPS)
 def test_a_turns_first_write_goes_at_once_and_the_rest_together_at_its_end(loop_name: str) -> None:
     async def test() -> None:
-        state = ServerState(app=None, limits=HttpLimits())
+        state = _busy(2)
         (a, peer_a), (b, peer_b) = await _client_connection(state), await _client_connection(state)
         await _settle()
         a.write(b"one ")  # the turn's first: on the wire now
@@ -73,6 +87,22 @@ def test_a_turns_first_write_goes_at_once_and_the_rest_together_at_its_end(loop_
         await _settle()
         assert (first_a, _readable(peer_a)) == (b"one ", b"three ")
         assert (first_b, _readable(peer_b)) == (b"", b"two four")
+        _done(state)
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+def test_with_a_single_request_under_way_nothing_is_held(loop_name: str) -> None:
+    async def test() -> None:
+        state = _busy(1)
+        (a, peer_a), (b, peer_b) = await _client_connection(state), await _client_connection(state)
+        await _settle()
+        a.write(b"one ")
+        b.write(b"two ")
+        a.write(b"three")
+        time.sleep(0.02)
+        assert (_readable(peer_a), _readable(peer_b)) == (b"one three", b"two ")
+        assert state.outbox.first(asyncio.get_running_loop())  # no turn was opened: no callback owed
+        _done(state)
 
     _run(loop_name, test)
 
@@ -80,13 +110,14 @@ def test_a_turns_first_write_goes_at_once_and_the_rest_together_at_its_end(loop_
 @pytest.mark.parametrize("loop_name", LOOPS)
 def test_a_lone_write_in_each_turn_is_never_held(loop_name: str) -> None:
     async def test() -> None:
-        state = ServerState(app=None, limits=HttpLimits())
+        state = _busy(2)
         conn, peer = await _client_connection(state)
         for i in range(5):
             await _settle()  # a new turn: its only write
             conn.write(b"piece %d;" % i)
             time.sleep(0.02)
             assert _readable(peer) == b"piece %d;" % i
+        _done(state)
 
     _run(loop_name, test)
 
@@ -95,7 +126,7 @@ def test_a_lone_write_in_each_turn_is_never_held(loop_name: str) -> None:
 @pytest.mark.parametrize("ending", ["close", "linger", "past HOLD_MAX"])
 def test_what_a_connection_holds_goes_out_before_anything_else_reaches_its_socket(loop_name: str, ending: str) -> None:
     async def test() -> None:
-        state = ServerState(app=None, limits=HttpLimits())
+        state = _busy(2)
         other, other_peer = await _client_connection(state)
         conn, peer = await _client_connection(state)
         await _settle()
@@ -122,35 +153,40 @@ def test_what_a_connection_holds_goes_out_before_anything_else_reaches_its_socke
         if ending != "past HOLD_MAX":
             assert peer.recv(10) == b""  # then its end
         _readable(other_peer)
+        _done(state)
 
     _run(loop_name, test)
 
 
 @pytest.mark.parametrize("loop_name", LOOPS)
-def test_an_upstream_request_written_after_the_turns_first_goes_at_its_end(loop_name: str) -> None:
+def test_an_upstream_request_is_held_only_behind_others_of_its_turn(loop_name: str) -> None:
     async def test() -> None:
         loop = asyncio.get_running_loop()
         pool = Pool(keepalive=5.0)
         conns: list[tuple[Connection, socket.socket]] = []
-        for _ in range(2):
+        for _ in range(3):
             ours, peer = socket.socketpair()
             conn = Connection(pool, ("http", "127.0.0.1", 1))
             await loop.connect_accepted_socket(lambda c=conn: c, ours)  # type: ignore[misc]
             conns.append((conn, peer))
         await _settle()
-        (first, first_peer), (second, second_peer) = conns
-        first.request(b"GET /a HTTP/1.1\r\n\r\n", None)
-        second.request(b"POST /b HTTP/1.1\r\ncontent-length: 2\r\n\r\n", b"{}")
+        (one, one_peer), (two, two_peer), (three, three_peer) = conns
+        one.request(b"GET /a HTTP/1.1\r\n\r\n", None)  # the only request under way: at once
+        two.request(b"GET /b HTTP/1.1\r\n\r\n", None)  # two under way: the turn's first, at once
+        three.request(b"POST /c HTTP/1.1\r\ncontent-length: 2\r\n\r\n", b"{}")  # held
         time.sleep(0.02)
-        now = (_readable(first_peer), _readable(second_peer))
+        now = (_readable(one_peer), _readable(two_peer), _readable(three_peer))
         await _settle()
-        assert now == (b"GET /a HTTP/1.1\r\n\r\n", b"")
-        assert _readable(second_peer) == b"POST /b HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}"
-        first.request(b"GET /c HTTP/1.1\r\n\r\n", None)  # the turn's first
+        assert now == (b"GET /a HTTP/1.1\r\n\r\n", b"GET /b HTTP/1.1\r\n\r\n", b"")
+        assert _readable(three_peer) == b"POST /c HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}"
+        assert pool.in_flight == 3
+        one.done()  # its answer is no longer wanted: one fewer under way
+        assert pool.in_flight == 2
+        two.request(b"GET /d HTTP/1.1\r\n\r\n", None)  # a new turn's first
         big = b"b" * (HOLD_MAX + 1)
-        second.request(b"POST /d HTTP/1.1\r\n\r\n", big)  # past HOLD_MAX: not held
+        three.request(b"POST /e HTTP/1.1\r\n\r\n", big)  # past HOLD_MAX: not held
         time.sleep(0.02)
-        assert _readable(second_peer).startswith(b"POST /d HTTP/1.1\r\n\r\nbbb")
+        assert _readable(three_peer).startswith(b"POST /e HTTP/1.1\r\n\r\nbbb")
         pool.close()
         for conn, peer in conns:
             assert conn.transport is not None

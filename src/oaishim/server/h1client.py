@@ -83,6 +83,7 @@ class Connection(asyncio.Protocol):
     __slots__ = (
         "_body",
         "_buffered",
+        "_counted",
         "_deadline_timer",
         "_detached",
         "_head_timer",
@@ -119,6 +120,7 @@ class Connection(asyncio.Protocol):
         self.reused = False
         self.idle_since = 0.0
         self._out = b""  # a request held to the end of the loop's turn (server.outbox)
+        self._counted = False  # its request is among the pool's in_flight
         self._reset()
 
     def _reset(self) -> None:
@@ -236,8 +238,13 @@ class Connection(asyncio.Protocol):
         """Write one request; ``no_body``: it is a HEAD, whose answer ends with its head."""
         assert self.transport is not None
         self.no_body = no_body
+        pool = self._pool
+        if not self._counted:
+            self._counted = True
+            pool.in_flight += 1
         data = head + body if body else head
-        if len(data) > HOLD_MAX or self._pool.outbox.first(self._loop):
+        # a lone request is never held: only where others are under way can a turn have several writes
+        if pool.in_flight < 2 or len(data) > HOLD_MAX or pool.outbox.first(self._loop):
             self.transport.write(data)
         else:  # the turn's others go out with it at its end
             self._out = data
@@ -385,6 +392,9 @@ class Connection(asyncio.Protocol):
         """The response is no longer wanted: back to the pool if it was read to its end on a
         connection that stays open, otherwise closed at once (which stops the backend)."""
         self.sink = None
+        if self._counted:
+            self._counted = False
+            self._pool.in_flight -= 1
         for timer in (self._idle_timer, self._deadline_timer, self._head_timer):
             if timer is not None:
                 timer.cancel()
@@ -429,6 +439,7 @@ class Pool:
         # The loop, looked up once: asyncio's lookup calls getpid() (a system call) each time.
         self.loop = asyncio.get_running_loop()
         self.outbox = Outbox()  # its connections' requests, a turn of the loop at a time
+        self.in_flight = 0  # requests written whose answer is still wanted
         self._idle: dict[Origin, list[Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._sweeper: asyncio.TimerHandle | None = None

@@ -151,16 +151,16 @@ class HttpConnection(asyncio.Protocol):
 
     # -- writing (server.outbox) -------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        """``data`` to the client: now if it is the loop turn's first write, else at the turn's end
-        with the others (in order; at once past ``HOLD_MAX`` bytes)."""
+        """``data`` to the client: now if it is the loop turn's first write or the only request
+        under way, else at the turn's end with the others (in order; at once past ``HOLD_MAX``)."""
         out = self._out
         if out:
             out.append(data)
             self._held += len(data)
             if self._held > HOLD_MAX:
                 self.flush()
-        elif self.state.outbox.first(self.loop):
-            self.transport.write(data)
+        elif len(self.state.tasks) < 2 or self.state.outbox.first(self.loop):
+            self.transport.write(data)  # (a lone request's is never held: no other write can join it)
         else:
             out.append(data)
             self._held = len(data)

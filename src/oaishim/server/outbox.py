@@ -6,8 +6,9 @@ client or the backend runs beside the gateway a wake-up costs the writer more th
 kernel's wake-up of the other core: in the profile of the gateway under 32 concurrent requests, a
 third of its time was in the two ``write`` calls of each request). A turn that answers many
 requests wakes each reader once for its first write and once more for the rest, instead of once a
-write. The first write of a turn is not held, so a lone request (a single stream's tokens, a
-client at a time) goes out exactly as soon as before.
+write. The first write of a turn is not held, and no write is while a single request is under
+way (the holders check: a lone stream's tokens, a client at a time): those go out as before, and
+the turn costs them no callback.
 
 A :class:`Holder` (a client connection of ``server.http``, an upstream one of ``server.h1client``)
 keeps what it is handed while its turn is open and writes it, joined, when :meth:`Outbox._end`
