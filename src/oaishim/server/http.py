@@ -40,7 +40,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from oaishim.server.exchange import DIRECT_BODY, ON_GONE
+from oaishim.server.exchange import DIRECT_BODY, ON_GONE, REQUEST_TASK
 from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
 from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
@@ -408,6 +408,7 @@ class HttpConnection(asyncio.Protocol):
     def _begin(self, cycle: Cycle) -> None:
         self.answering = cycle
         task = self.loop.create_task(self._run(cycle))
+        cycle.scope["extensions"][REQUEST_TASK] = task  # (before the task's first step)
         self.state.tasks.add(task)
         task.add_done_callback(self.state.tasks.discard)
 

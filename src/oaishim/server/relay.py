@@ -117,7 +117,8 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
 
     The work runs in the calling task and the watcher cancels that task: a second task per request
     and ``asyncio.wait`` cost more than a small plain request's own relaying (bench/README.md)."""
-    current = asyncio.current_task()
+    ex = current_exchange()
+    current = ex.task if ex is not None and ex.task is not None else asyncio.current_task()
     assert current is not None
     task: asyncio.Task[Any] = current
     finished = gone = False
@@ -128,7 +129,6 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
             gone = True
             task.cancel()
 
-    ex = current_exchange()
     if ex is not None and ex.on_gone is not None:
         # The server calls back when the client leaves (server.http): no watcher task, no extra
         # loop turn to end it (a third of this function's cost for a small plain request).
