@@ -31,6 +31,7 @@ from oaishim.server.http import HttpLimits, ServerState, protocol_factory
 log = logging.getLogger("oaishim.server")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 BACKLOG = 2048
+GC_YOUNG = 10_000  # allocations between two passes of the cyclic collector over the youngest objects
 
 
 def event_loop_factory(loop: str = "uvloop") -> Callable[[], asyncio.AbstractEventLoop]:
@@ -138,6 +139,9 @@ class Server:
             # process: kept out of the collector's passes, which then look at requests' objects only.
             gc.collect()
             gc.freeze()
+            # and, with no cycles left to find in a request's objects, its first generation looked
+            # at every 10,000 allocations instead of 700 (each pass walks the requests under way)
+            gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
             bound = [s.getsockname() for server in listening for s in server.sockets]
             log.info("serving on %s", ", ".join(f"http://{a[0]}:{a[1]}" for a in bound))
             self._tick()
