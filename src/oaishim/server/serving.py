@@ -134,7 +134,6 @@ class Server:
                 log.error("cannot listen on %s:%d: %s", self.host, self.port, exc.strerror or exc)
                 await lifespan.shutdown()
                 return
-            self.started = True
             # What start-up made (modules, the spec's schemas, the profiles) lives as long as the
             # process: kept out of the collector's passes, which then look at requests' objects only.
             gc.collect()
@@ -142,6 +141,9 @@ class Server:
             # and, with no cycles left to find in a request's objects, its first generation looked
             # at every 10,000 allocations instead of 700 (each pass walks the requests under way)
             gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+            # Started only now: whoever waits on it (a supervisor, a test's thread) finds the
+            # start-up's collection over, not still running beside its first requests.
+            self.started = True
             bound = [s.getsockname() for server in listening for s in server.sockets]
             log.info("serving on %s", ", ".join(f"http://{a[0]}:{a[1]}" for a in bound))
             self._tick()
