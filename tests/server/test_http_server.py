@@ -7,6 +7,7 @@ The gateway's limits (deadlines, size bounds, the connection bound) are test_cli
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import socket
@@ -454,6 +455,31 @@ def test_an_app_whose_startup_fails_is_not_served() -> None:
     assert server.run(loop="asyncio") is False
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_started_is_set_once_the_start_ups_collection_is_over() -> None:
+    """The start-up's full collection and freeze run before ``started``: whoever waits on it (a
+    test's thread, which then may turn the collector's debugging on) never runs beside that pass.
+    The collector's own callbacks tell when the server thread began a full pass."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadServer(Server(Echo(), "127.0.0.1", port))
+    seen: list[bool] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2 and threading.get_ident() == server._thread.ident:
+            seen.append(server.started)
+
+    gc.callbacks.append(watch)
+    try:
+        server.start()
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.callbacks.remove(watch)
+        server.stop()
+    assert seen[:1] == [False], seen  # the server thread's first full pass came before started
+    assert frozen > 0
 
 
 def test_a_refusal_made_while_parsing_ends_the_connection_after_its_linger() -> None:
