@@ -31,11 +31,11 @@ def test_each_kept_byte_gives_each_character_equally_often_and_the_rest_are_drop
 def test_random_bytes_are_fresh_across_draws_and_any_size() -> None:
     """Drawn ahead in blocks: a take that crosses a block's end, or is larger than one, still gets
     as many bytes as asked, none handed out twice."""
-    taken = [ids.random_bytes(24) for _ in range(3 * ids._Pool.DRAW // 24 + 5)]
+    taken = [ids.random_bytes(24) for _ in range(3 * ids.DRAW // 24 + 5)]
     assert all(len(t) == 24 for t in taken)
     assert len(set(taken)) == len(taken)
-    big = ids.random_bytes(3 * ids._Pool.DRAW + 1)
-    assert len(big) == 3 * ids._Pool.DRAW + 1
+    big = ids.random_bytes(3 * ids.DRAW + 1)
+    assert len(big) == 3 * ids.DRAW + 1
     assert ids.random_bytes(24) not in big
     assert len(ids.random_hex(16)) == 32 and int(ids.random_hex(16), 16) >= 0
 

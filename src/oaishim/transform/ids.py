@@ -21,13 +21,12 @@ _ALPHABET = string.ascii_letters + string.digits
 # the Python calls of a plain request).
 _TABLE = bytes(ord(_ALPHABET[b % 62]) for b in range(256))
 _DROPPED = bytes(range(248, 256))
+DRAW = 4096  # bytes drawn from the system at a time (a module constant: compiled, a class's is not readable)
 
 
 class _Pool:
     """Random bytes drawn from the system's source 4 KiB at a time: one system call for a hundred
     ids instead of one an id (a request makes two or more)."""
-
-    DRAW = 4096
 
     def __init__(self) -> None:
         self.forget()
@@ -43,7 +42,7 @@ class _Pool:
             start = self.at
             end = start + size
             if end > len(self.data):
-                self.data = os.urandom(max(self.DRAW, size))
+                self.data = os.urandom(max(DRAW, size))
                 start, end = 0, size
             self.at = end
             return self.data[start:end]
