@@ -78,7 +78,7 @@ OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/
 UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
 
 
-class Gateway(Dispatch):
+class Gateway:
     def __init__(
         self,
         settings: Settings,
@@ -92,13 +92,13 @@ class Gateway(Dispatch):
         ``cluster``: what this process shares with the gateway's other processes (server.cluster:
         the capture process, the workers' limits and metrics)."""
         self.settings = settings
+        self.dispatch = Dispatch(settings)  # the upstream calls (server.dispatch)
         self.cluster = cluster
         self.keys = KeyRing(settings.api_keys, settings.virtual_keys)
         buckets = cluster.buckets if cluster is not None else None
         self.limiter = limiter_for(settings.limits, settings.virtual_keys, buckets)  # None: no key has a limit
         self.upstreams: Upstream = upstream if upstream is not None else Upstreams(settings)
         self.profiles: dict[str, Profile] = {}
-        self.n_short: set[str] = set()  # routes whose "native" backend answered fewer than n choices
         self.started = int(time.time())
         remote = cluster.recording() if cluster is not None else None
         self.recording: Recording | RemoteRecording | None = remote or recording_for(settings)  # --capture DIR
@@ -323,7 +323,7 @@ class Gateway(Dispatch):
         note(route.name, profile.name, prepared)
         if isinstance(upstream, RecordingUpstream):
             upstream.recorder.raw.profile = profile.name
-        work = self._exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
+        work = self.dispatch.exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
         await relay.watching_client(receive, work)
 
     async def _names(self) -> list[str]:

@@ -1,5 +1,5 @@
 """Sending one prepared request upstream and relaying its answer: the dispatch half of the gateway
-(``server.app.Gateway`` inherits it).
+(``server.app.Gateway`` holds one).
 
 One request or ``n`` fanned out (``server.fanout``); the resend of a tool choice the backend refused
 for want of a tool-call parser (with ``none``, or with its guided decoding); a forced
@@ -34,12 +34,15 @@ log = logging.getLogger("oaishim.gateway")
 
 class Dispatch:
     """The upstream calls of the OpenAI endpoints (chat, completions, embeddings; the Responses API
-    through ``open_upstream``). Needs the gateway's ``settings`` and ``n_short``."""
+    through ``open_upstream``): one per gateway, which holds it (``Gateway.dispatch``; a part, not a
+    base class: compiled with mypyc 2.4, calling a subclass's ``__call__`` whose base has none
+    crashes the interpreter)."""
 
-    settings: Settings
-    n_short: set[str]  # routes whose "native" backend answered fewer than n choices
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.n_short: set[str] = set()  # routes whose "native" backend answered fewer than n choices
 
-    async def _exchange(
+    async def exchange(
         self,
         upstream: Upstream,
         route: ModelRoute,

@@ -35,6 +35,7 @@ from oaishim.server import relay
 from oaishim.server.asgi import Headers, Receive, Scope, Send, header, parse_json, send_error, send_json
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.dispatch import Dispatch
 from oaishim.server.exchange import current, note
 from oaishim.server.recording import RecordingUpstream
 from oaishim.server.seam import Upstream, UpstreamResponse
@@ -43,7 +44,7 @@ from oaishim.state import Record, StoreError
 from oaishim.transform.context import ResponseContext
 from oaishim.transform.pipe import StreamPipe, plain_answer
 from oaishim.transform.plan import response_context
-from oaishim.transform.request import PreparedRequest, rewrite
+from oaishim.transform.request import rewrite
 from oaishim.transform.responses import (
     ResponsesRequestInfo,
     ResponsesStreamEncoder,
@@ -77,19 +78,9 @@ class ChatHost(Protocol):
 
     def model_route(self, body: Any) -> ModelRoute: ...
 
-    async def profile_for(self, route: ModelRoute) -> Profile: ...
+    dispatch: Dispatch  # its upstream calls: open_upstream sends a prepared chat request
 
-    async def open_upstream(
-        self,
-        upstream: Upstream,
-        route: ModelRoute,
-        path: str,
-        prepared: PreparedRequest,
-        ctx: ResponseContext,
-        send: Send,
-        extra: Headers,
-        profile: Profile,
-    ) -> UpstreamResponse | None: ...
+    async def profile_for(self, route: ModelRoute) -> Profile: ...
 
 
 log = logging.getLogger("oaishim.responses")
@@ -268,7 +259,9 @@ class ResponsesAPI:
         turn = _Turn(self, owner, key, info, chat["messages"], history, turn_id, ids)
 
         async def work() -> None:
-            response = await gateway.open_upstream(upstream, route, CHAT_PATH, prepared, ctx, send, extra, profile)
+            response = await gateway.dispatch.open_upstream(
+                upstream, route, CHAT_PATH, prepared, ctx, send, extra, profile
+            )
             if response is None:
                 return
             try:
