@@ -147,3 +147,46 @@ def test_a_compiled_function_binds_each_exception_name_to_one_type() -> None:
                         types.setdefault(node.name, set()).add(ast.unparse(node.type) if node.type else "BaseException")
                 mixed += [f"{module}:{function.name}: {name} {sorted(t)}" for name, t in types.items() if len(t) > 1]
     assert not mixed
+
+
+def _awaits(nodes: list[ast.stmt]) -> bool:
+    return any(isinstance(x, ast.Await | ast.AsyncWith | ast.AsyncFor) for node in nodes for x in ast.walk(node))
+
+
+def test_no_compiled_coroutine_awaits_in_a_finally() -> None:
+    """mypyc 2.4: an exception caught in a compiled coroutine awaited by another compiled one, when
+    it came from an awaitable that is not compiled (the event loop's ``create_connection``), stays
+    the thread's current exception after its ``except`` block; a compiled ``try`` whose ``finally``
+    holds an ``await`` then raises it again after a body that ended normally (with the request's
+    coroutines compiled, an unreachable backend's answered 502 was followed by the
+    ConnectionRefusedError escaping the app). ``bench/mypyc_bugs.py`` shows it; this reads every
+    compiled module for the construct."""
+    found = []
+    for module in hatch_build.core_modules(ROOT / "src/oaishim"):
+        for function in ast.walk(ast.parse((ROOT / "src" / module).read_text())):
+            if isinstance(function, ast.AsyncFunctionDef):
+                found += [
+                    f"{module}:{function.name}:{node.lineno}"
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.Try) and _awaits(node.finalbody)
+                ]
+    assert not found
+
+
+def test_no_compiled_class_defines_call_over_a_base_without_it() -> None:
+    """mypyc 2.4: calling an instance of a compiled class whose ``__call__`` its compiled base
+    class lacks ends the interpreter (SIGSEGV; ``bench/mypyc_bugs.py``). Why ``server.app.Gateway``
+    holds its ``Dispatch`` instead of inheriting it."""
+    found = []
+    for module in hatch_build.core_modules(ROOT / "src/oaishim"):
+        for node in ast.walk(ast.parse((ROOT / "src" / module).read_text())):
+            if isinstance(node, ast.ClassDef) and node.bases:
+                calls = any(
+                    isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.name == "__call__" for f in node.body
+                )
+                bases = [
+                    ast.unparse(b) for b in node.bases if ast.unparse(b) not in ("object", "Exception", "Protocol")
+                ]
+                if calls and bases:
+                    found.append(f"{module}:{node.name}({', '.join(bases)})")
+    assert not found
