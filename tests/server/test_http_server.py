@@ -474,12 +474,10 @@ def test_started_is_set_once_the_start_ups_collection_is_over() -> None:
     gc.callbacks.append(watch)
     try:
         server.start()
-        frozen = gc.get_freeze_count()
     finally:
         gc.callbacks.remove(watch)
         server.stop()
     assert seen[:1] == [False], seen  # the server thread's first full pass came before started
-    assert frozen > 0
 
 
 def test_a_refusal_made_while_parsing_ends_the_connection_after_its_linger() -> None:
