@@ -132,14 +132,20 @@ def test_oaishim_pure_gives_the_pure_wheel(tmp_path: Path) -> None:
     assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(SUFFIX)]
 
 
+def _compiled_trees() -> Iterator[tuple[str, ast.Module]]:
+    """Each compiled module (its path under src/) and its parsed source."""
+    for module in hatch_build.core_modules(ROOT / "src/oaishim"):
+        yield module, ast.parse((ROOT / "src" / module).read_text())
+
+
 def test_a_compiled_function_binds_each_exception_name_to_one_type() -> None:
     """mypyc gives a name one type per function: ``except Broken as exc`` then ``except TimeoutError
     as exc`` raised a TypeError from the second handler in the compiled build (the first-byte
     timeout answered 500), while Python and mypy accept it. Found by the compiled run only where a
     test reaches the handler; this reads every compiled module."""
     mixed = []
-    for module in hatch_build.core_modules(ROOT / "src/oaishim"):
-        for function in ast.walk(ast.parse((ROOT / "src" / module).read_text())):
+    for module, tree in _compiled_trees():
+        for function in ast.walk(tree):
             if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
                 types: dict[str, set[str]] = {}
                 for node in ast.walk(function):
@@ -162,8 +168,8 @@ def test_no_compiled_coroutine_awaits_in_a_finally() -> None:
     ConnectionRefusedError escaping the app). ``bench/mypyc_bugs.py`` shows it; this reads every
     compiled module for the construct."""
     found = []
-    for module in hatch_build.core_modules(ROOT / "src/oaishim"):
-        for function in ast.walk(ast.parse((ROOT / "src" / module).read_text())):
+    for module, tree in _compiled_trees():
+        for function in ast.walk(tree):
             if isinstance(function, ast.AsyncFunctionDef):
                 found += [
                     f"{module}:{function.name}:{node.lineno}"
@@ -178,8 +184,8 @@ def test_no_compiled_class_defines_call_over_a_base_without_it() -> None:
     class lacks ends the interpreter (SIGSEGV; ``bench/mypyc_bugs.py``). Why ``server.app.Gateway``
     holds its ``Dispatch`` instead of inheriting it."""
     found = []
-    for module in hatch_build.core_modules(ROOT / "src/oaishim"):
-        for node in ast.walk(ast.parse((ROOT / "src" / module).read_text())):
+    for module, tree in _compiled_trees():
+        for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and node.bases:
                 calls = any(
                     isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.name == "__call__" for f in node.body
