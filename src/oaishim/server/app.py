@@ -7,8 +7,11 @@ while connecting fails), then relay the answer, plain or streamed.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -44,6 +47,7 @@ from oaishim.server.dispatch import Dispatch
 from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note
 from oaishim.server.limits import limiter_for
 from oaishim.server.metrics import CONTENT_TYPE, Metrics
+from oaishim.server.recorder import Recorder
 from oaishim.server.recording import Recording, RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
 from oaishim.server.seam import Upstream
@@ -111,6 +115,7 @@ class Gateway:
         self.secret_texts = tuple(sorted({k for k in known if k and len(k) >= MIN_SECRET}, key=len, reverse=True))
         self.responses = ResponsesAPI(self)  # /v1/responses and its store
         self.streams = StreamCount()
+        self._charging: set[asyncio.Future[None]] = set()  # a charge left running when a request was cut short
         self.metrics = Metrics(self.streams, self.recording.writer if self.recording is not None else None)
         self.access = AccessLog(settings.access_log, self.secrets)
         self.metrics_key = KeyRing((settings.metrics_key,) if settings.metrics_key else ())
@@ -203,25 +208,45 @@ class Gateway:
         if self.secrets:
             send = ex.scrubbing = scrubbing(send, self.secrets)
         send = ex.watch(send)
+        # No ``finally`` here awaits (compiled with mypyc 2.4, one that does can raise again an
+        # exception long handled: tests/packaging/test_compiled_core.py), so the end is written twice.
         try:
-            await self._http(scope, receive, send, upstream)
-        except OpenAIError as error:
-            await send_error(send, error)
-        except ClientGone:
-            ex.gone = True
-        except AnswerBroken:
-            return
-        finally:
-            if rec is not None:
-                rec.end()
-            ended = time.perf_counter()
-            self.access.write(ex, ended)
-            self.metrics.observe(ex, ended)
-            if ex.trace is not None:
-                ex.trace.end(ex, ended)
-            ex.leave(token)
-            if ex.vkey is not None and self.limiter is not None and (ex.tokens_in or ex.tokens_out):
-                await self.limiter.charge(ex.vkey, (ex.tokens_in or 0) + (ex.tokens_out or 0))
+            try:
+                await self._http(scope, receive, send, upstream)
+            except OpenAIError as error:
+                await send_error(send, error)
+            except ClientGone:
+                ex.gone = True
+            except AnswerBroken:
+                pass
+        except BaseException:  # cancelled (the server stops), or a fault the server logs
+            self._ended(ex, token, rec)
+            charge = self._charge(ex)
+            if charge is not None:
+                self._charging.add(task := asyncio.ensure_future(charge))
+                task.add_done_callback(self._charging.discard)
+            raise
+        self._ended(ex, token, rec)
+        charge = self._charge(ex)
+        if charge is not None:
+            await charge
+
+    def _ended(self, ex: Exchange, token: contextvars.Token[Exchange | None], rec: Recorder | None) -> None:
+        """The request is over: its capture, access log line, metrics and span end."""
+        if rec is not None:
+            rec.end()
+        ended = time.perf_counter()
+        self.access.write(ex, ended)
+        self.metrics.observe(ex, ended)
+        if ex.trace is not None:
+            ex.trace.end(ex, ended)
+        ex.leave(token)
+
+    def _charge(self, ex: Exchange) -> Coroutine[Any, Any, None] | None:
+        """What charges the tokens the request used to its virtual key's limit (None: nothing to charge)."""
+        if ex.vkey is not None and self.limiter is not None and (ex.tokens_in or ex.tokens_out):
+            return self.limiter.charge(ex.vkey, (ex.tokens_in or 0) + (ex.tokens_out or 0))
+        return None
 
     async def _http(self, scope: Scope, receive: Receive, send: Send, upstream: Upstream) -> None:
         method = scope["method"]

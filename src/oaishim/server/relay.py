@@ -14,7 +14,6 @@ the client the same way, never as a cut connection or a bare 500.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -144,11 +143,11 @@ async def watching_client(receive: Receive, work: Coroutine[Any, Any, None]) -> 
     try:
         await _run(work, task, lambda: gone)
     finally:
+        # the watcher is cancelled, not awaited: it ends on the loop's next turn (no ``finally``
+        # awaits in a compiled module: tests/packaging/test_compiled_core.py)
         finished = True
         watcher.remove_done_callback(client_gone)
         watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
 
 
 async def _run(work: Coroutine[Any, Any, None], task: asyncio.Task[Any], gone: Any) -> None:
@@ -280,6 +279,8 @@ async def pump(
     finally:
         response.close()
         if ex is not None:
+            if sink is not None:
+                ex.direct_taken, ex.direct_declined = sink.taken, sink.declined
             ex.streamed(pipe, first, spent + (sink.spent if sink is not None else 0.0))
     if await head.refuse(pipe):
         return None
