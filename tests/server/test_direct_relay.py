@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ from _servers import Canned, Replayer, RunningGateway, free_port
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.check import check, exchange_from_bytes
-from oaishim.server import direct
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.wire.accumulate import accumulate_chat
 
@@ -67,27 +67,46 @@ def paced(body: bytes, delay: float) -> Canned:
 
 
 class Counted:
-    """What the sinks the relay built did: pieces taken, pieces left to the ordinary path (each sink
-    counts its own; the relay's module is Python, so the class it builds from can be swapped)."""
+    """What the relay's direct path did for the next streamed request, from the gateway's metrics
+    (``oaishim_stream_direct_reads_total``): reads taken direct, reads handed back to the relay."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sinks: list[direct.Sink] = []
-        build = direct.Sink
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.before = self._scrape()
 
-        def recorded(*args: Any) -> direct.Sink:
-            sink = build(*args)
-            self.sinks.append(sink)
-            return sink
+    def _scrape(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as response:
+            page = response.read().decode()
+        values: dict[str, float] = {}
+        for line in page.splitlines():
+            for name, key in (
+                ('oaishim_stream_direct_reads_total{outcome="taken"}', "taken"),
+                ('oaishim_stream_direct_reads_total{outcome="declined"}', "declined"),
+                ('oaishim_requests_total{endpoint="chat",status_class="2xx"}', "chat"),
+                ('oaishim_requests_total{endpoint="responses",status_class="2xx"}', "responses"),
+            ):
+                if line.startswith(name + " "):
+                    values[key] = float(line.split()[-1])
+        return values
 
-        monkeypatch.setattr(direct, "Sink", recorded)
+    def _after(self, what: str) -> float:
+        """The change in ``what`` once the request's end is counted (its client may have its last
+        bytes a moment before the gateway's books are closed)."""
+        done = time.monotonic() + 5
+        while True:
+            now = self._scrape()
+            ended = any(now.get(k, 0.0) > self.before.get(k, 0.0) for k in ("chat", "responses"))
+            if ended or time.monotonic() > done:
+                return now.get(what, 0.0) - self.before.get(what, 0.0)
+            time.sleep(0.01)
 
     @property
-    def taken(self) -> int:
-        return sum(s.taken for s in self.sinks)
+    def taken(self) -> float:
+        return self._after("taken")
 
     @property
-    def declined(self) -> int:
-        return sum(s.declined for s in self.sinks)
+    def declined(self) -> float:
+        return self._after("declined")
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +167,8 @@ def content(body: bytes) -> str:
     return "".join(c["delta"].get("content") or "" for e in client_chunks(body) for c in e["choices"])
 
 
-def test_pieces_taken_direct_make_the_ordinary_stream(backend: Replayer, gateway: str, monkeypatch: Any) -> None:
-    seen = Counted(monkeypatch)
+def test_pieces_taken_direct_make_the_ordinary_stream(backend: Replayer, gateway: str) -> None:
+    seen = Counted(gateway)
     tokens = [token(i) for i in range(40)]
     backend.push(paced(stream(tokens), 0.005))
     client, request = raw_request(gateway, REQUEST)
@@ -165,10 +184,8 @@ def test_pieces_taken_direct_make_the_ordinary_stream(backend: Replayer, gateway
     assert [(f.rule, f.message) for f in check(exchange) if f.severity == "error"] == []
 
 
-def test_a_client_that_does_not_read_gets_every_byte_in_order(
-    backend: Replayer, gateway: str, monkeypatch: Any
-) -> None:
-    seen = Counted(monkeypatch)
+def test_a_client_that_does_not_read_gets_every_byte_in_order(backend: Replayer, gateway: str) -> None:
+    seen = Counted(gateway)
     tokens = [token(i) + "x" * 2000 for i in range(6000)]  # ~12 MB to the client: more than the socket buffers
     backend.push(paced(stream(tokens), 0.0))
     client, request = raw_request(gateway, REQUEST)
@@ -180,11 +197,9 @@ def test_a_client_that_does_not_read_gets_every_byte_in_order(
     assert seen.declined >= 1  # the paused client sent pieces the ordinary way
 
 
-def test_an_http_1_0_client_gets_the_direct_stream_unchunked_to_the_close(
-    backend: Replayer, gateway: str, monkeypatch: Any
-) -> None:
+def test_an_http_1_0_client_gets_the_direct_stream_unchunked_to_the_close(backend: Replayer, gateway: str) -> None:
     """HTTP/1.0 knows no chunks: the pieces taken direct go out as they are, and the close ends them."""
-    seen = Counted(monkeypatch)
+    seen = Counted(gateway)
     tokens = [token(i) for i in range(40)]
     backend.push(paced(stream(tokens), 0.005))
     client, request = raw_request(gateway, REQUEST)
@@ -202,8 +217,8 @@ def test_an_http_1_0_client_gets_the_direct_stream_unchunked_to_the_close(
     assert [(f.rule, f.message) for f in check(exchange) if f.severity == "error"] == []
 
 
-def test_a_secret_the_model_writes_is_masked(backend: Replayer, gateway: str, monkeypatch: Any) -> None:
-    seen = Counted(monkeypatch)
+def test_a_secret_the_model_writes_is_masked(backend: Replayer, gateway: str) -> None:
+    seen = Counted(gateway)
     tokens = [token(i) for i in range(10)] + [f"the key is {UPSTREAM_KEY}."] + [token(99)]
     backend.push(paced(stream(tokens), 0.005))
     client, request = raw_request(gateway, REQUEST)
@@ -216,10 +231,8 @@ def test_a_secret_the_model_writes_is_masked(backend: Replayer, gateway: str, mo
 
 
 @pytest.mark.parametrize("cut", [1, 3, 9, len(UPSTREAM_KEY) - 1])
-def test_a_secret_the_model_writes_over_several_tokens_is_masked(
-    backend: Replayer, gateway: str, monkeypatch: Any, cut: int
-) -> None:
-    seen = Counted(monkeypatch)
+def test_a_secret_the_model_writes_over_several_tokens_is_masked(backend: Replayer, gateway: str, cut: int) -> None:
+    seen = Counted(gateway)
     tokens = [token(i) for i in range(10)] + [f"the key is {UPSTREAM_KEY[:cut]}", f"{UPSTREAM_KEY[cut:]}."]
     backend.push(paced(stream([*tokens, token(99)]), 0.005))
     client, request = raw_request(gateway, REQUEST)
@@ -249,10 +262,8 @@ def test_a_secret_over_several_tokens_is_masked_in_a_responses_stream(backend: R
     assert done["response"]["output"][0]["content"][0]["text"] == text
 
 
-def test_a_stop_in_the_middle_closes_the_upstream_from_the_sink(
-    backend: Replayer, gateway: str, monkeypatch: Any
-) -> None:
-    seen = Counted(monkeypatch)
+def test_a_stop_in_the_middle_closes_the_upstream_from_the_sink(backend: Replayer, gateway: str) -> None:
+    seen = Counted(gateway)
     tokens = [token(i) for i in range(200)]
     backend.push(paced(stream(tokens), 0.01))  # 2 s in all, if read to the end
     client, request = raw_request(gateway, {**REQUEST, "stop": [token(20).strip()]})
@@ -268,22 +279,20 @@ def test_a_stop_in_the_middle_closes_the_upstream_from_the_sink(
     assert seen.taken >= 15
 
 
-def test_a_capture_keeps_the_direct_path_and_records_every_piece(
-    backend: Replayer, tmp_path: Path, monkeypatch: Any
-) -> None:
-    seen = Counted(monkeypatch)
+def test_a_capture_keeps_the_direct_path_and_records_every_piece(backend: Replayer, tmp_path: Path) -> None:
     tokens = [token(i) for i in range(40)]
     sent = stream(tokens)
     backend.push(paced(sent, 0.005))
     route = ModelRoute("tiny", (backend.url,), profile="vllm@0.32", upstream_api_key=UPSTREAM_KEY)
     folder = tmp_path / "capture"
     with RunningGateway(Settings(models=(route,), port=free_port(), capture_dir=folder)) as gw:
+        seen = Counted(gw.url)
         client, request = raw_request(gw.url, REQUEST)
         with client:
             client.sendall(request)
             body = read_response(client)
+        assert seen.taken >= 30  # recording did not send the pieces the ordinary way
     assert content(body) == "".join(tokens)
-    assert seen.taken >= 30  # recording did not send the pieces the ordinary way
     (record,) = CaptureReader(folder).records()
     client_side, upstream_side = record["client"]["response"], record["upstream"]["response"]
     assert body_bytes(client_side) == body and client_side["complete"]

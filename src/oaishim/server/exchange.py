@@ -89,6 +89,8 @@ class Exchange:
         "bytes_out",
         "client",
         "direct_body",
+        "direct_declined",
+        "direct_taken",
         "endpoint",
         "first_token",
         "format_violations",
@@ -154,6 +156,7 @@ class Exchange:
         self.format_violations = 0  # choices whose answer broke the response_format asked for
         self.violations_seen = False  # what the answer violated was reported (Exchange.violated)
         self.bytes_out = 0
+        self.direct_taken = self.direct_declined = 0  # a stream's reads written direct, or handed back (server.direct)
         self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
         self.gone = False  # the client went away before the answer ended
         self.trace: Trace | None = None  # the request's span, when tracing is on (server.spans)

@@ -96,8 +96,8 @@ class _Counter(Collector):
         self.counts: dict[tuple[str, ...], float] = {}
         registry.register(self)
 
-    def inc(self, labels: tuple[str, ...]) -> None:
-        self.counts[labels] = self.counts.get(labels, 0.0) + 1.0
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self.counts[labels] = self.counts.get(labels, 0.0) + amount
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
@@ -166,6 +166,13 @@ class Metrics:
             ("endpoint", "status_class"),
         )
         self.repairs = _Counter(registry, "oaishim_repairs", "Requests that needed a repair, by kind.", ("kind",))
+        self.direct = _Counter(
+            registry,
+            "oaishim_stream_direct_reads",
+            "Upstream reads of streams written to the client as they came in (taken), or handed back to "
+            "the relay because the client was not reading (declined).",
+            ("outcome",),
+        )
         self.format_violations = Counter(
             "oaishim_response_format_violations",
             "Choices whose final answer broke the response_format asked for (not JSON, not an object, "
@@ -223,6 +230,10 @@ class Metrics:
             self.upstream_errors.labels(ex.upstream_fault).inc()
         if ex.gone:
             self.disconnects.inc()
+        if ex.direct_taken:
+            self.direct.inc(("taken",), ex.direct_taken)
+        if ex.direct_declined:
+            self.direct.inc(("declined",), ex.direct_declined)
         operation = OPERATIONS.get(ex.endpoint)
         if operation is None or ex.model is None:
             return  # not a generation, or refused before a model was known
