@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import sys
 import threading
 import time
 import urllib.error
@@ -21,7 +20,6 @@ import openai
 import pytest
 from _servers import Canned, Replayer, RunningGateway, free_port
 
-from _threadserver import ThreadServer
 from oaishim.check import check, exchange_from_bytes
 from oaishim.server.config import ModelRoute, Settings
 
@@ -378,36 +376,3 @@ def test_upstream_idle_in_the_middle_of_a_body(backend: Replayer, gateways: Any)
     assert status == 200  # the stream had begun: the failure is its last event, which the SDK raises
     last = json.loads(out.strip().split(b"\n\n")[-1].removeprefix(b"data: "))
     assert last["error"]["code"] == "upstream_timeout"
-
-
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_an_exception_the_app_leaves_as_the_current_one_ends_in_the_servers_call(loop: str) -> None:
-    """Compiled with mypyc 2.4, the gateway's coroutines keep no exception state of their own: the
-    refused connection to the backend is still the thread's current exception when the app returns
-    (its 502 sent). The server calls the app through ``serving.interpreted``, a Python coroutine
-    whose frame keeps that state, so what the app leaves ends there: the code that awaits it (here a
-    probe, between the server and that call) finds no exception being handled. As Python, nothing is
-    ever left; compiled, the probe finds the ConnectionRefusedError without ``interpreted``."""
-    from oaishim.server.app import Gateway
-    from oaishim.server.http import ServerState
-    from oaishim.server.serving import Server, interpreted
-
-    settings = Settings(models=(ModelRoute("tiny", (closed_url(),), profile="vllm@0.32"),), port=free_port())
-    gateway = Gateway(settings)
-    called = interpreted(gateway)
-    left: list[object] = []
-
-    async def probe(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await called(scope, receive, send)
-        if scope["type"] == "http":
-            left.append(sys.exc_info()[1])
-
-    server = Server(gateway, "127.0.0.1", settings.port)
-    server.state = ServerState(probe, server.state.limits)
-    running = ThreadServer(server, loop=loop)
-    running.start()
-    try:
-        official_error(*call(f"http://127.0.0.1:{settings.port}/v1/chat/completions", "POST", CHAT), 502)
-    finally:
-        running.stop()
-    assert left == [None]
