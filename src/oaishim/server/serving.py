@@ -26,7 +26,6 @@ from collections.abc import Callable
 from email.utils import formatdate
 from typing import Any
 
-from oaishim.server.asgi import Receive, Scope, Send
 from oaishim.server.http import HttpLimits, ServerState, protocol_factory
 
 log = logging.getLogger("oaishim.server")
@@ -97,22 +96,6 @@ class Lifespan:
             await self._answers.put(None)
 
 
-def interpreted(app: Any) -> Any:
-    """``app``, called from a coroutine that runs as Python bytecode and not compiled: the end of
-    what a compiled coroutine may leave behind.
-
-    mypyc 2.4's coroutines keep no "exception being handled" of their own: one caught in a compiled
-    coroutine that came from an awaitable not compiled (the event loop's ``create_connection``
-    refused) stays the current exception after its ``except`` block (bench/mypyc_bugs.py). Python's
-    own coroutine frames do keep theirs, so such an exception ends with this frame, with the request,
-    and never reaches the connection's code or the event loop (nor keeps its traceback alive)."""
-
-    async def call(scope: Scope, receive: Receive, send: Send) -> None:
-        await app(scope, receive, send)
-
-    return call
-
-
 class Server:
     """An ASGI app served over HTTP/1.1 on ``host:port`` (or on sockets given to :meth:`serve`)."""
 
@@ -123,7 +106,7 @@ class Server:
         self.date_header = date_header
         self.started = False
         self.should_exit = self.force_exit = False
-        self.state = ServerState(interpreted(app), limits or HttpLimits())
+        self.state = ServerState(app, limits or HttpLimits())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
 
