@@ -534,3 +534,43 @@ def test_a_connection_holds_a_bounded_pipeline() -> None:
         got = answers(recv_all(sock, wait=10))
     assert len(got) == 1 + PIPELINE_MAX == len(app.paths)
     assert got[-1][1]["connection"] == "close" and all("connection" not in h for _, h, _ in got[:-1])
+
+
+class Whole:
+    """Answers each request with the same sized response: at once through the ``respond`` extension
+    when the path is /whole, else as its two messages. Also tries ``respond`` once more after that,
+    which must refuse (the response has started)."""
+
+    def __init__(self) -> None:
+        self.again: list[bool] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b'{"answer": "' + scope["method"].encode() + b" " + scope["http_version"].encode() + b'"}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), (b"x-a", b"1")]
+        respond = scope["extensions"]["oaishim.respond"]
+        if scope["path"] == "/whole":
+            assert respond(201, headers, body)
+        else:
+            await send({"type": "http.response.start", "status": 201, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        self.again.append(respond(201, headers, body))
+
+
+@pytest.mark.parametrize("request_line", ["GET {} HTTP/1.1", "HEAD {} HTTP/1.1", "GET {} HTTP/1.0"])
+def test_a_whole_response_at_once_is_the_same_bytes_as_its_two_messages(request_line: str) -> None:
+    app = Whole()
+    raw: dict[str, bytes] = {}
+    with serving(app) as address:
+        for path in ("/whole", "/messages"):
+            with connect(address) as sock:
+                sock.sendall(request_line.format(path).encode() + b"\r\nHost: a\r\nConnection: close\r\n\r\n")
+                raw[path] = recv_all(sock)
+    undated = {
+        p: b"\r\n".join(x for x in r.split(b"\r\n") if not x.lower().startswith(b"date:")) for p, r in raw.items()
+    }
+    assert undated["/whole"] == undated["/messages"]
+    assert undated["/whole"].startswith(b"HTTP/1.1 201 Created\r\n") and b"x-a: 1" in undated["/whole"]
+    assert undated["/whole"].endswith(b"\r\n\r\n" if request_line.startswith("HEAD") else b'"}')
+    assert app.again == [False, False]

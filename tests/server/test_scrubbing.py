@@ -47,3 +47,30 @@ def test_only_a_possible_secret_start_waits() -> None:
     messages = sent([b"plain text ", b"ends in sk-ups", b"tream-echo-4c1d9e2a!"])
     bodies = [m["body"] for m in messages if m["type"] == "http.response.body"]
     assert bodies == [b"plain text ", b"ends in ", b"[REDACTED]!"]
+
+
+def test_a_whole_answer_is_masked_as_its_two_messages_are() -> None:
+    """``Scrubbing.whole`` (a plain answer written at once) gives the head and the body the two
+    messages give: a secret in a header value or in the body masked, Set-Cookie dropped, and the
+    length following the masked body."""
+    for body in (BODY, b'{"plain": "nothing to mask"}', b""):
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"set-cookie", b"a=b"),
+            (b"x-echo", b"key " + SECRET.encode()),
+        ]
+        out: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any], out: list[dict[str, Any]] = out) -> None:
+            out.append(message)
+
+        async def two_messages(headers: list[tuple[bytes, bytes]] = headers, body: bytes = body) -> None:
+            scrub = scrubbing(send, NEEDLES)
+            await scrub({"type": "http.response.start", "status": 200, "headers": headers})
+            await scrub({"type": "http.response.body", "body": body, "more_body": False})
+
+        asyncio.run(two_messages())
+        start, end = out
+        assert scrubbing(send, NEEDLES).whole(headers, body) == (start["headers"], end["body"])
+        assert SECRET.encode() not in end["body"] + b"".join(v for _, v in start["headers"])

@@ -205,6 +205,7 @@ class Gateway:
             receive, send = rec.wrap(receive, send)
             upstream = RecordingUpstream(upstream, rec)
             ex.direct_body = rec.direct(ex.direct_body)  # pieces written direct are recorded too (server.direct)
+            ex.respond = None  # a whole answer goes as its messages, which the recorder sees
         if self.secrets:
             send = ex.scrubbing = scrubbing(send, self.secrets)
         send = ex.watch(send)
@@ -240,6 +241,7 @@ class Gateway:
         self.metrics.observe(ex, ended)
         if ex.trace is not None:
             ex.trace.end(ex, ended)
+        ex.sink = ex.respond = None  # (the chain's head holds the exchange: no cycle left to the collector)
         ex.leave(token)
 
     def _charge(self, ex: Exchange) -> Coroutine[Any, Any, None] | None:

@@ -156,20 +156,35 @@ class Scrubbing:
         self._tail = data[len(data) - keep :] if keep else b""
         return scrub_bytes(data[: len(data) - keep] if keep else data, needles)
 
+    def _headers(self, given: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """The head's headers masked, less ``Set-Cookie``; whether a ``Content-Length`` is among them."""
+        needles = self._needles
+        headers: list[tuple[bytes, bytes]] = []
+        length = False
+        for k, v in given:
+            if k != b"set-cookie":
+                headers.append((k, bytes(v)))
+                length = length or k == b"content-length"
+        # one search per needle over all the values; each value on its own only if one is there
+        values = b"\n".join([v for _, v in headers])
+        if scrub_bytes(values, needles) is not values:
+            headers = [(k, scrub_bytes(v, needles)) for k, v in headers]
+        return headers, length
+
+    def whole(self, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """A whole sized response's headers and body, masked as :meth:`__call__` masks its two
+        messages (the length follows a body the masking changed)."""
+        masked, _ = self._headers(headers)
+        clean = self.body(body, False)
+        if clean is not body:
+            masked = [(k, v) for k, v in masked if k != b"content-length"]
+            masked.append((b"content-length", str(len(clean)).encode()))
+        return masked, clean
+
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
-            needles = self._needles
-            headers: list[tuple[bytes, bytes]] = []
-            length = False
-            for k, v in message.get("headers", ()):
-                if k != b"set-cookie":
-                    headers.append((k, bytes(v)))
-                    length = length or k == b"content-length"
-            # one search per needle over all the values; each value on its own only if one is there
-            values = b"\n".join([v for _, v in headers])
-            if scrub_bytes(values, needles) is not values:
-                headers = [(k, scrub_bytes(v, needles)) for k, v in headers]
+            headers, length = self._headers(message.get("headers", ()))
             message = {**message, "headers": headers}
             if length:
                 self._held = message

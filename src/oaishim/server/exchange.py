@@ -55,6 +55,10 @@ DirectBody = Callable[[Any], "tuple[Callable[[], bool], Callable[[bytes], None]]
 # ASGI extension: the task the HTTP server runs the request in (asyncio.current_task() asks the
 # running loop, a getpid() system call each time: 7 % of a plain request's samples under load).
 REQUEST_TASK = "oaishim.request_task"
+# ASGI extension: ``respond(status, headers, body)`` writes a whole sized response at once (no
+# messages); False when it cannot now (the response started, the client's writes are paused).
+RESPOND = "oaishim.respond"
+Respond = Callable[[int, Headers, bytes], bool]
 
 log = logging.getLogger("oaishim.exchange")
 MAX_ID = 128
@@ -105,8 +109,10 @@ class Exchange:
         "profile",
         "repairs",
         "request_id",
+        "respond",
         "scope",
         "scrubbing",
+        "sink",
         "started",
         "status",
         "stream",
@@ -136,6 +142,8 @@ class Exchange:
         self.on_gone: OnGone | None = extensions.get(ON_GONE) if extensions else None
         self.direct_body: DirectBody | None = extensions.get(DIRECT_BODY) if extensions else None
         self.task: asyncio.Task[Any] | None = extensions.get(REQUEST_TASK) if extensions else None
+        self.respond: Respond | None = extensions.get(RESPOND) if extensions else None
+        self.sink: Send | None = None  # the send chain's head (Exchange.watch): what answer() stands for
         self.scrubbing: Scrubbing | None = None  # the secret masking of this response's send chain
         self.scope = scope
         self.endpoint = "other"  # chat, completions, embeddings, responses, models, health, metrics, passthrough
@@ -178,7 +186,6 @@ class Exchange:
     def watch(self, send: Send) -> Send:
         """``send``, adding ``x-request-id`` to the response head and noting the status and the bytes
         sent (an addition per message)."""
-        rid = self.request_id.encode()
 
         async def watched(message: Message) -> None:
             kind = message["type"]
@@ -186,12 +193,37 @@ class Exchange:
                 self.bytes_out += len(message.get("body", b""))
             elif kind == "http.response.start":
                 self.status = message["status"]
-                # one x-request-id, the gateway's: a backend's own (pass-through) is replaced
-                headers = [h for h in message.get("headers", ()) if h[0].lower() != b"x-request-id"]
-                message = {**message, "headers": [*headers, *self.headers_out, (b"x-request-id", rid)]}
+                message = {**message, "headers": self._head(message.get("headers", ()))}
             await send(message)
 
+        self.sink = watched
         return watched
+
+    def _head(self, headers: Iterable[tuple[bytes, bytes]]) -> Headers:
+        """The response's headers with the gateway's: one x-request-id, the gateway's (a backend's
+        own, passed through, is replaced), and what the request added (``headers_out``)."""
+        kept = [h for h in headers if h[0].lower() != b"x-request-id"]
+        return [*kept, *self.headers_out, (b"x-request-id", self.request_id.encode())]
+
+    def answer(
+        self, send: Send, status: int, body: bytes, content_type: bytes, extra: Iterable[tuple[bytes, bytes]] = ()
+    ) -> bool:
+        """A whole sized answer written at once through the server's ``respond``, as ``send`` (the
+        head of the chain :meth:`watch` made, masking included) would have sent its two messages;
+        False, with nothing sent, when it cannot go this way: ``send`` is another (a fan-out's, a
+        capture's chain), or the server cannot now (then ``send`` it)."""
+        respond = self.respond
+        if respond is None or send is not self.sink:
+            return False
+        headers = self._head([(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra])
+        sent = body
+        if self.scrubbing is not None:
+            headers, sent = self.scrubbing.whole(headers, body)
+        if not respond(status, headers, sent):
+            return False
+        self.status = status
+        self.bytes_out += len(body)
+        return True
 
     def fault(self, error: OpenAIError) -> None:
         """The backend failed the request (it could not be reached, broke off, sent what cannot be read)."""

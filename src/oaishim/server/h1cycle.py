@@ -16,7 +16,8 @@ connection (``server.http``: parsing, limits, keep-alive) so each reads in one p
   out of order) raises ``RuntimeError`` in the app, as the ASGI spec asks.
 * The connection's extensions for this request (``server.exchange``): ``watch_gone`` (a callback
   when the client is lost before the response is complete) and ``direct`` (``server.direct``: body
-  pieces written from another callback, chunk-framed here).
+  pieces written from another callback, chunk-framed here), and ``respond`` (a whole sized
+  response in one call, without its two messages: what a plain answer is).
 """
 
 from __future__ import annotations
@@ -278,6 +279,17 @@ class Cycle:
         if scope is not self.scope or self.conn.answering is not self:
             return None
         return self.writable, self.write_chunk
+
+    def respond(self, status: int, headers: Any, body: bytes) -> bool:
+        """A whole sized response (``headers`` with its ``content-length``) written at once, as
+        ``send`` would write its start and its one body message; False, with nothing done, when it
+        cannot go this way (it has started, the client is gone, the client's writes are paused:
+        ``send`` then waits its turn). What ``send`` raises for a response, this raises too."""
+        if self.started or self.disconnected or self.conn.write_paused:
+            return False
+        self._start(status, headers)
+        self._body(body, False)
+        return True
 
     def writable(self) -> bool:
         """A chunk can go out now: the chunked (or close-ended) body under way, the client reading,

@@ -40,7 +40,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from oaishim.server.exchange import DIRECT_BODY, ON_GONE, REQUEST_TASK
+from oaishim.server.exchange import DIRECT_BODY, ON_GONE, REQUEST_TASK, RESPOND
 from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
 from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
@@ -369,7 +369,7 @@ class HttpConnection(asyncio.Protocol):
             "headers": headers,
         }
         cycle = Cycle(self, scope, parser.should_keep_alive(), expect)
-        scope["extensions"] = {ON_GONE: cycle.watch_gone, DIRECT_BODY: cycle.direct}
+        scope["extensions"] = {ON_GONE: cycle.watch_gone, DIRECT_BODY: cycle.direct, RESPOND: cycle.respond}
         self.parsing = cycle
         if self.answering is None:
             self._begin(cycle)

@@ -19,8 +19,10 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+import orjson
+
 from oaishim.server import direct
-from oaishim.server.asgi import Headers, Receive, Send, send_error, send_json
+from oaishim.server.asgi import Headers, Receive, Send, send_bytes, send_error
 from oaishim.server.config import Settings
 from oaishim.server.exchange import current as current_exchange
 from oaishim.server.seam import UpstreamResponse
@@ -93,7 +95,10 @@ async def send_answer(
         return
     if ex is not None:
         ex.answered(ctx, out, time.perf_counter() - began)
-    await send_json(send, 200, out, extra)
+    body = orjson.dumps(out)
+    if ex is not None and ex.answer(send, 200, body, b"application/json", extra):  # head and body at once
+        return
+    await send_bytes(send, 200, body, b"application/json", extra)
 
 
 def fault(error: OpenAIError) -> None:
