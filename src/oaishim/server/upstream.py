@@ -30,21 +30,35 @@ KEEPALIVE_SECONDS = 4.0
 _JOINED_MAX = 512  # (replica, target) pairs whose checked URL is kept (the targets are a few paths)
 
 
-def request_headers(route: ModelRoute, content_type: str | None) -> dict[str, str]:
-    """The headers the gateway sends a backend (the client's are never forwarded)."""
+def fixed_headers(route: ModelRoute, content_type: str | None) -> list[tuple[str, str]]:
+    """The headers the gateway sends a route's backend on every request (the client's are never
+    forwarded)."""
     # identity: the gateway rewrites bodies, so it reads them uncompressed (passthrough keeps
     # whatever encoding the backend chose, with its header)
-    headers = {"accept": "application/json, text/event-stream", "accept-encoding": "identity"}
+    headers = [("accept", "application/json, text/event-stream"), ("accept-encoding", "identity")]
     if content_type:
-        headers["content-type"] = content_type
+        headers.append(("content-type", content_type))
     if route.upstream_api_key:
-        headers["authorization"] = f"Bearer {route.upstream_api_key}"
-    ex = current()
-    if ex is not None:
-        headers["x-request-id"] = ex.request_id  # one id across the client's, the gateway's and the backend's logs
-        if ex.trace is not None:
-            ex.trace.inject(headers)  # traceparent: the backend's spans join the client's trace
+        headers.append(("authorization", f"Bearer {route.upstream_api_key}"))
     return headers
+
+
+def request_scoped_headers() -> list[tuple[str, str]]:
+    """The headers of the request being served: its id, and its trace's context when it has one."""
+    ex = current()
+    if ex is None:
+        return []
+    scoped = [("x-request-id", ex.request_id)]  # one id across the client's, the gateway's and the backend's logs
+    if ex.trace is not None:
+        carrier: dict[str, str] = {}
+        ex.trace.inject(carrier)  # traceparent: the backend's spans join the client's trace
+        scoped += carrier.items()
+    return scoped
+
+
+def request_headers(route: ModelRoute, content_type: str | None) -> dict[str, str]:
+    """The headers the gateway sends a backend for the request being served."""
+    return dict([*fixed_headers(route, content_type), *request_scoped_headers()])
 
 
 @dataclass(slots=True)
@@ -90,6 +104,8 @@ class Upstreams:
         self.pool: Pool | None = None
         self.replicas = {route.name: Replicas(route) for route in settings.models}
         self._joined: dict[tuple[str, str], Target] = {}
+        # each route's fixed headers (per content type), and their lines as a request head has them
+        self._fixed: dict[tuple[str, str | None], tuple[list[tuple[str, str]], str]] = {}
 
     async def start(self) -> None:
         # An idle connection is dropped before the backend would drop it: llama.cpp (cpp-httplib),
@@ -134,12 +150,20 @@ class Upstreams:
         loop = pool.loop
         total = settings.total_timeout
         deadline = None if total is None else loop.time() + total
-        sent_headers = list(request_headers(route, content_type).items()) if headers is None else headers
+        if headers is None:
+            fixed, fixed_lines = self._fixed_for(route, content_type)
+            scoped = request_scoped_headers()
+            sent_headers = [*fixed, *scoped]
+        else:
+            sent_headers = headers
         last: str | None = None
         connect_timed_out = False
         for base in self.replicas[route.name].order():
             where = self._where(base, path, method)
-            head = _request_head(method, where, sent_headers, body)
+            if headers is None:  # the gateway's own: the fixed lines as rendered once, then this request's
+                head = _own_head(method, where, fixed_lines, scoped, body)
+            else:
+                head = _request_head(method, where, sent_headers, body)
             for _try in (1, 2):
                 # the wait for the head ends at first_byte_timeout, or at the total deadline if sooner
                 left = None if deadline is None else deadline - loop.time()
@@ -202,6 +226,14 @@ class Upstreams:
             code="upstream_unreachable",
         )
 
+    def _fixed_for(self, route: ModelRoute, content_type: str | None) -> tuple[list[tuple[str, str]], str]:
+        key = (route.name, content_type)
+        found = self._fixed.get(key)
+        if found is None:
+            fixed = fixed_headers(route, content_type)
+            found = self._fixed[key] = (fixed, "".join(f"{name}: {value}\r\n" for name, value in fixed))
+        return found
+
     async def _connect(self, pool: Pool, origin: Origin, base: str) -> tuple[Connection | None, tuple[str, bool]]:
         """A new connection to ``origin``, or None with (why, whether it was the connect timeout)."""
         try:
@@ -213,6 +245,17 @@ class Upstreams:
         except OSError as exc:
             log.warning("replica %s unreachable (%s); trying the next", base, type(exc).__name__)
             return None, (type(exc).__name__, False)
+
+
+def _own_head(method: str, where: Target, fixed_lines: str, scoped: list[tuple[str, str]], body: bytes | None) -> bytes:
+    """The head :func:`_request_head` makes of the gateway's own headers (the fixed ones already as
+    lines: none is a Host or a framing header)."""
+    lines = [f"{method} {where.target} HTTP/1.1\r\nhost: {where.host}\r\n", fixed_lines]
+    lines += [f"{name}: {value}\r\n" for name, value in scoped]
+    if body or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"content-length: {len(body or b'')}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 def _request_head(method: str, where: Target, headers: list[tuple[str, str]], body: bytes | None) -> bytes:
