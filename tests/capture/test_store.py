@@ -276,3 +276,51 @@ def test_records_over_the_checker_budget_are_checked_when_shown(tmp_path: Path) 
     assert record["findings"] is None
     shown = render_exchange(record)
     assert "(not checked while recording; checked now)" in shown and "stream.first-delta" in shown
+
+
+def test_listing_with_findings_checks_records_stored_unchecked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from oaishim.server.recording import CheckBudget, Recording
+
+    clean = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m1",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok", "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    recording = Recording(tmp_path, mode="proxy", check_budget=CheckBudget(share=0.0, burst=0.0))
+    recording.start()
+    recording.writer.submit(exchanges(1)[0])  # a stream with no role delta first: a finding
+    recording.writer.submit(
+        backend_record(chat(1, stream=False), [orjson.dumps(clean)], content_type="application/json")
+    )
+    recording.close()
+
+    def inspect(*extra: str) -> str:
+        parser = argparse.ArgumentParser()
+        add_parsers(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(["inspect", str(tmp_path), *extra])
+        assert args.run(args) == 0
+        return capsys.readouterr().out
+
+    listing = inspect().splitlines()
+    assert len(listing) == 4 and all(line.endswith("unchecked") for line in listing[1:3])  # not "0"
+    rows = orjson.loads(inspect("--with-findings", "--format", "json"))["exchanges"]
+    assert [(bool(r["stream"]), r["checked_now"]) for r in rows] == [(True, True)]
+    assert rows[0]["findings"] >= 1 and rows[0]["upstream_findings"] == rows[0]["findings"]
+    listed = inspect("--with-findings").splitlines()
+    assert len(listed) == 3 and listed[1].endswith(
+        f"{rows[0]['findings']} (upstream {rows[0]['findings']}), checked now"
+    )

@@ -14,7 +14,16 @@ from typing import Any
 import orjson
 
 from oaishim.capture.raw import HeaderPairs, RawExchange, RawRequest, RawResponse
-from oaishim.capture.record import VERSION, Record, body_bytes, encode_body, header_value, path_of, request_json
+from oaishim.capture.record import (
+    VERSION,
+    Record,
+    body_bytes,
+    encode_body,
+    header_value,
+    path_of,
+    request_json,
+    side,
+)
 from oaishim.capture.redact import Redactor, scrub, scrub_bytes, secret_needles
 from oaishim.capture.timeline import first_token_ms, is_stream, iter_timed_events, timed_events
 from oaishim.check import CheckOptions, check, exchange_from_bytes
@@ -144,6 +153,16 @@ def findings_of(
         return [{"rule": "capture.unchecked", "severity": "note", "path": "$", "chunk": None, "message": str(exc)}]
 
 
+def findings_now(record: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A stored record's findings: those it holds, or, for one stored unchecked (its writer was over
+    the checker's budget), both sides checked now."""
+    held = record.get("findings")
+    if isinstance(held, Mapping):
+        return {name: list(held.get(name) or []) for name in ("client", "upstream")}
+    parts = {name: side(record, name) for name in ("client", "upstream")}
+    return {name: findings_of(side(part, "request"), side(part, "response")) for name, part in parts.items()}
+
+
 def build_record(
     raw: RawExchange, redactor: Redactor, *, run_checker: bool = True, client_options: CheckOptions | None = None
 ) -> tuple[Record, bytes]:
@@ -193,8 +212,8 @@ def build_record(
 def _scrub_binary_bodies(record: Record, secrets: set[str], notes: set[str]) -> None:
     """A body that is not UTF-8 is stored as base64, where the last scrub of the line cannot see a
     secret: scrub its bytes before they are encoded."""
-    for side in (record.get("client"), record.get("upstream")):
-        for message in (side or {}).values():
+    for part in (record.get("client"), record.get("upstream")):
+        for message in (part or {}).values():
             if isinstance(message, dict) and "body_b64" in message:
                 data = body_bytes(message)
                 cleaned = scrub_bytes(data, secret_needles(secrets))

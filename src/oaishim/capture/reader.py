@@ -83,7 +83,10 @@ class CaptureReader:
             raise KeyError(f"no exchange {ident!r} in {self.path}")
         if len({r["id"] for r in matches}) > 1:
             raise KeyError(f"{ident!r} matches {len(matches)} exchanges; give more of the id")
-        row = matches[0]
+        return self.at(matches[0])
+
+    def at(self, row: dict[str, Any]) -> Record:
+        """The record one row of ``entries`` stands for."""
         with (self.directory / str(row["file"])).open("rb") as handle:
             handle.seek(int(row["offset"]))
             return parse_line(handle.read(int(row["length"])))

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from oaishim.capture.build import findings_of
+from oaishim.capture.build import findings_now
 from oaishim.capture.record import Record, body_bytes, path_of, request_json, side
 from oaishim.capture.timeline import describe, final_message, is_stream, timed_events
 
@@ -27,9 +27,11 @@ def render_list(rows: Sequence[Mapping[str, Any]], *, torn: int = 0, dropped: in
     lines = [f"{'ID':<16}  {'TIME':<23}  {'MODEL':<14}  {'REQUEST':<32}  {'STATUS':>6}  {'TOTAL':>9}  FINDINGS"]
     for row in rows:
         request = f"{row['method']} {row['path']}" + (" stream" if row.get("stream") else "")
-        findings = f"{row.get('findings') or 0}"
+        findings = "unchecked" if row.get("findings") is None else f"{row['findings']}"
         if row.get("upstream_findings"):
             findings += f" (upstream {row['upstream_findings']})"
+        if row.get("checked_now"):
+            findings += ", checked now"
         lines.append(
             f"{row['id']:<16}  {_when(float(row['time'] or 0)):<23}  {str(row.get('model') or '-')[:14]:<14}  "
             f"{request[:32]:<32}  {row.get('status') or '-'!s:>6}  {_ms(row.get('duration_ms')):>9}  {findings}"
@@ -136,14 +138,10 @@ def render_exchange(record: Record, which: str = "client") -> str:
         parts.append(f"no {which} side: the gateway answered this request itself")
     else:
         parts += _side(shown, which)
-    findings = record.get("findings")
     parts.append("")
-    if not isinstance(findings, Mapping):  # stored unchecked (the writer was over its budget): check now
-        findings = {
-            name: findings_of(side(side(record, name), "request"), side(side(record, name), "response"))
-            for name in ("client", "upstream")
-        }
+    if not isinstance(record.get("findings"), Mapping):  # stored unchecked (the writer was over its budget)
         parts.append("(not checked while recording; checked now)")
+    findings = findings_now(record)
     parts += _findings("client", findings.get("client"))
     if record.get("upstream"):
         parts += _findings("upstream", findings.get("upstream"))

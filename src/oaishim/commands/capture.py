@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
+    from oaishim.capture.reader import CaptureReader
+
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
@@ -211,6 +213,21 @@ def _add_inspect(sub: SubParsers) -> None:
     p.set_defaults(run=_run_inspect)
 
 
+def _client_findings(reader: CaptureReader, row: dict[str, Any]) -> int:
+    """How many client-side findings a listed exchange has; one stored unchecked (the recorder was over
+    its checker budget) is checked now, and its row says so, rather than being taken for clean."""
+    if row.get("findings") is None:
+        from oaishim.capture.build import findings_now
+        from oaishim.capture.record import RecordError
+
+        try:
+            found = findings_now(reader.at(row))
+        except (OSError, RecordError):
+            return 0
+        row.update(findings=len(found["client"]), upstream_findings=len(found["upstream"]), checked_now=True)
+    return int(row["findings"])
+
+
 def _run_inspect(args: argparse.Namespace) -> int:
     from oaishim.capture.reader import CaptureReader
     from oaishim.capture.render import render_exchange, render_list
@@ -233,8 +250,9 @@ def _run_inspect(args: argparse.Namespace) -> int:
         if (args.model is None or r.get("model") == args.model)
         and (args.path is None or args.path in str(r.get("path")))
         and (args.status is None or r.get("status") == args.status)
-        and (not args.with_findings or r.get("findings"))
     ]
+    if args.with_findings:
+        rows = [r for r in rows if _client_findings(reader, r)]
     if args.limit is not None:
         rows = rows[-args.limit :] if args.limit > 0 else []
     if args.format == "json":
