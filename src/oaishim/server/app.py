@@ -205,7 +205,7 @@ class Gateway:
             receive, send = rec.wrap(receive, send)
             upstream = RecordingUpstream(upstream, rec)
             ex.direct_body = rec.direct(ex.direct_body)  # pieces written direct are recorded too (server.direct)
-            ex.respond = None  # a whole answer goes as its messages, which the recorder sees
+            ex.respond = rec.respond(ex.respond)  # an answer written whole is recorded too
         if self.secrets:
             send = ex.scrubbing = scrubbing(send, self.secrets)
         send = ex.watch(send)

@@ -6,7 +6,7 @@ headers (``upstream_sent``), each upstream read (``upstream_read``), each piece 
 (``wrap`` again), and the end (``end``). A stream's pieces relayed where the upstream's bytes
 arrive (``server.direct``) are noted there too: the upstream's by :class:`RecordingSink`, which
 stands between the connection and the direct path's sink, the client's by :class:`RecordingWrite`,
-which wraps the direct write. It only reads a clock and appends references to lists; the record is
+which wraps the direct write; so is an answer the server writes whole (``respond``). It only reads a clock and appends references to lists; the record is
 built, redacted, checked and written later, by the store's thread (``capture.store``) or the
 capture process, and ``end`` never blocks.
 
@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
-from oaishim.server.asgi import Message, Receive, Scope, Send
-from oaishim.server.exchange import DirectBody
+from oaishim.server.asgi import Headers, Message, Receive, Scope, Send
+from oaishim.server.exchange import DirectBody, Respond
 from oaishim.server.seam import UpstreamResponse
 
 now = time.perf_counter_ns
@@ -56,6 +56,12 @@ class Recorder:
         if direct_body is None:
             return None
         return RecordingDirect(self.raw, direct_body)
+
+    def respond(self, respond: Respond | None) -> Respond | None:
+        """The server's whole-answer write (``Exchange.answer``), noting the answer as sent."""
+        if respond is None:
+            return None
+        return RecordingRespond(self.raw, respond)
 
     def sink(self, sink: Callable[[bytes], bool], opened: RawResponse | None) -> Callable[[bytes], bool]:
         """The direct path's sink, noting each upstream piece it takes (one it declines is noted
@@ -157,6 +163,29 @@ class RecordingSend:
         elif kind == "http.response.start":
             self._raw.client_response = RawResponse(now(), message["status"], message.get("headers", []))
         await self._send(message)
+
+
+class RecordingRespond:
+    """The server's ``respond``: a whole answer, noted as the send chain notes its start and its one
+    body message (a head the server refused to write is noted without its body, as there)."""
+
+    __slots__ = ("_raw", "_respond")
+
+    def __init__(self, raw: RawExchange, respond: Respond) -> None:
+        self._raw, self._respond = raw, respond
+
+    def __call__(self, status: int, headers: Headers, body: bytes) -> bool:
+        t_ns = now()
+        try:
+            if not self._respond(status, headers, body):
+                return False  # nothing written: the answer goes through the send chain, noted there
+        except BaseException:
+            self._raw.client_response = RawResponse(t_ns, status, headers)
+            raise
+        response = self._raw.client_response = RawResponse(t_ns, status, headers)
+        response.reads.append((t_ns, body))
+        response.complete = True
+        return True
 
 
 class RecordingDirect:

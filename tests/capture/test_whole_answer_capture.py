@@ -1,0 +1,149 @@
+"""A plain answer the server writes whole (its ``oaishim.respond`` extension: head and body in one
+call) is recorded as the send chain records its two messages: the same status, headers and body,
+complete. The capture no longer turns the whole write off; these tests hold the two paths to one
+record, and show which path each run took."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from _apps import RunningApp, post
+
+from oaishim.capture.raw import RawExchange, RawResponse
+from oaishim.capture.reader import CaptureReader
+from oaishim.capture.record import body_bytes
+from oaishim.server.app import Gateway
+from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.exchange import RESPOND
+from oaishim.server.recorder import RecordingRespond, RecordingSend
+
+PLAIN = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+ANSWER = orjson.dumps(
+    {
+        "id": "chatcmpl-7",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "tiny",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+)
+
+
+async def backend(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(ANSWER))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
+class Extension:
+    """Between the HTTP server and the gateway: counts the whole writes (``keep``), or takes the
+    extension away, so the answer goes as its two messages."""
+
+    def __init__(self, app: Any, *, keep: bool) -> None:
+        self.app, self.keep = app, keep
+        self.written: list[bool] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        extensions = dict(scope.get("extensions") or {})
+        respond = extensions.pop(RESPOND, None)
+        if self.keep and respond is not None:
+
+            def counted(status: int, headers: Any, body: bytes) -> bool:
+                done: bool = respond(status, headers, body)
+                self.written.append(done)
+                return done
+
+            extensions[RESPOND] = counted
+        if scope["type"] == "http":
+            scope["extensions"] = extensions
+        await self.app(scope, receive, send)
+
+
+def captured(tmp_path: Path, *, keep: bool) -> tuple[dict[str, Any], bytes, list[bool]]:
+    folder = tmp_path / ("whole" if keep else "messages")
+    with RunningApp(backend) as upstream:
+        route = ModelRoute(name="tiny", upstreams=(upstream.url,))
+        gateway = Extension(Gateway(Settings(models=(route,), capture_dir=folder)), keep=keep)
+        with RunningApp(gateway) as gw:
+            status, body = post(gw.url + "/v1/chat/completions", PLAIN)
+            assert status == 200
+    (record,) = CaptureReader(folder).records()
+    return record, body, gateway.written
+
+
+def test_an_answer_written_whole_is_recorded_as_its_two_messages(tmp_path: Path) -> None:
+    whole, whole_body, written = captured(tmp_path, keep=True)
+    messages, messages_body, untouched = captured(tmp_path, keep=False)
+    assert written == [True] and untouched == []  # each run took the path it was meant to
+    assert whole["error"] is None and messages["error"] is None
+    for record, received in ((whole, whole_body), (messages, messages_body)):
+        response = record["client"]["response"]
+        assert body_bytes(response) == received and response["complete"] is True
+        assert orjson.loads(received)["choices"][0]["message"]["content"] == "Hello!"
+
+    def comparable(record: dict[str, Any]) -> dict[str, Any]:
+        response = record["client"]["response"]
+        varying = {"x-request-id", "date"}
+        return {
+            "status": response["status"],
+            "headers": [h for h in response["headers"] if h[0].lower() not in varying],
+            "body": orjson.loads(body_bytes(response)) | {"id": None, "created": None},
+            "findings": record["findings"],
+        }
+
+    assert comparable(whole) == comparable(messages)
+
+
+@pytest.mark.parametrize("outcome", ["written", "refused", "raised"])
+def test_the_recording_respond_notes_only_what_was_written(outcome: str) -> None:
+    raw = RawExchange(0, 0.0, "gateway")
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+
+    def respond(status: int, headers: Any, body: bytes) -> bool:
+        if outcome == "raised":
+            raise ConnectionResetError("the client went away")
+        return outcome == "written"
+
+    recording = RecordingRespond(raw, respond)
+    if outcome == "raised":
+        with pytest.raises(ConnectionResetError):
+            recording(200, headers, b"{}")
+    else:
+        assert recording(200, headers, b"{}") is (outcome == "written")
+    got = raw.client_response
+    if outcome == "refused":  # nothing sent: the send chain sends it next, and notes it there
+        assert got is None
+        return
+    assert got is not None and (got.status, got.headers) == (200, headers)
+    assert (got.reads, got.complete) == (([(got.t_ns, b"{}")], True) if outcome == "written" else ([], False))
+
+
+def test_a_refused_whole_write_is_noted_once_by_the_send_chain() -> None:
+    """Refused, the answer goes as two messages through the recording send: one response, not two."""
+    import asyncio
+
+    raw = RawExchange(0, 0.0, "gateway")
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        headers = [(b"content-type", b"application/json")]
+        assert not RecordingRespond(raw, lambda status, headers, body: False)(200, headers, b"{}")
+        chain = RecordingSend(raw, send)
+        await chain({"type": "http.response.start", "status": 200, "headers": headers})
+        await chain({"type": "http.response.body", "body": b"{}"})
+
+    asyncio.run(run())
+    response = raw.client_response
+    assert isinstance(response, RawResponse) and [piece for _, piece in response.reads] == [b"{}"]
+    assert response.complete and len(sent) == 2
