@@ -70,6 +70,7 @@ HOT = (
             "app",
             "asgi",
             "auth",
+            "capture_feed",
             "direct",
             "dispatch",
             "exchange",

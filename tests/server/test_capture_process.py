@@ -1,4 +1,4 @@
-"""The serving side of the capture process (``server.capture_process.RemoteWriter``): what it sends
+"""The serving side of the capture process (``server.capture_feed.RemoteWriter``): what it sends
 over a real Unix socket, from an event loop as the gateway runs it (frames held until the timer,
 a kernel buffer that takes part of a write), and that an exchange it cannot hand over is counted
 and logged, never lost silently. The whole path, workers and capture process, is in ``test_workers``."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse, from_tuple, to_tuple
-from oaishim.server.capture_process import RemoteWriter, _frames, decode, encode
+from oaishim.server.capture_feed import RemoteWriter, decode, encode, frames
 from oaishim.server.exchange import StreamCount
 from oaishim.server.metrics import Metrics
 
@@ -38,7 +38,7 @@ def sink(tmp_path: Path) -> socket.socket:
     return server
 
 
-def read_frames(conn: socket.socket, want: int) -> list[tuple[int, RawExchange | None]]:
+def readframes(conn: socket.socket, want: int) -> list[tuple[int, RawExchange | None]]:
     buffer = bytearray()
     got: list[tuple[int, RawExchange | None]] = []
     conn.settimeout(5)
@@ -46,7 +46,7 @@ def read_frames(conn: socket.socket, want: int) -> list[tuple[int, RawExchange |
         data = conn.recv(65536)
         assert data, "the sender closed early"
         buffer += data
-        got += [(dropped, decode(payload) if payload else None) for dropped, payload in _frames(buffer)]
+        got += [(dropped, decode(payload) if payload else None) for dropped, payload in frames(buffer)]
     return got
 
 
@@ -64,7 +64,7 @@ def test_exchanges_cross_whole_and_in_order_once_the_timer_fires(tmp_path: Path,
 
     assert asyncio.run(serve()) == (0, 5)
     assert (writer.sent, writer.held) == (5, 0)
-    got = read_frames(conn, 5)
+    got = readframes(conn, 5)
     writer.close()
     assert [e for _, e in got] == sent
     assert all(dropped == 0 for dropped, _ in got)
@@ -116,7 +116,7 @@ def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
         "capture queue full: 1 exchange(s) dropped so far",
         "capture queue full: 2 exchange(s) dropped so far",
     ]  # 1, 2, 4, …: not one line per request
-    got = read_frames(conn, 3)  # the two exchanges (framed before the drops), then the count alone
+    got = readframes(conn, 3)  # the two exchanges (framed before the drops), then the count alone
     writer.close()
     assert [e for _, e in got] == [exchange(0), exchange(1), None]
     assert [dropped for dropped, _ in got] == [0, 0, 3]
@@ -129,7 +129,7 @@ def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path
     conn, _ = sink.accept()
     sent = [exchange(i, 200_000) for i in range(40)]  # 8 MB: many times a Unix socket's buffer
     got: list[tuple[int, RawExchange | None]] = []
-    reader = threading.Thread(target=lambda: got.extend(read_frames(conn, len(sent))))
+    reader = threading.Thread(target=lambda: got.extend(readframes(conn, len(sent))))
 
     async def serve() -> int:
         for raw in sent:
@@ -160,7 +160,7 @@ def test_close_sends_what_is_still_held(tmp_path: Path, sink: socket.socket) -> 
         writer.close()  # at shutdown, long before the timer
 
     asyncio.run(serve())
-    assert [e for _, e in read_frames(conn, 3)] == [exchange(i) for i in range(3)]
+    assert [e for _, e in readframes(conn, 3)] == [exchange(i) for i in range(3)]
 
 
 def test_a_capture_process_gone_counts_what_it_did_not_get(

@@ -67,7 +67,7 @@ def reindex(index: Index, directory: Path) -> int:
 
 class Drained:
     """A bounded queue of finished exchanges, drained by one thread: what the thread writer (below)
-    and the capture process's sender (``server.capture_process.RemoteWriter``) share. The request
+    and the capture process's sender (``server.capture_feed.RemoteWriter``) share. The request
     path only calls :meth:`submit`; a subclass defines ``_run``, the thread's loop."""
 
     def __init__(self, queue_size: int, interval: float) -> None:

@@ -40,7 +40,7 @@ from oaishim.server.asgi import (
     send_json,
 )
 from oaishim.server.auth import KeyRing
-from oaishim.server.capture_process import RemoteRecording
+from oaishim.server.capture_feed import RemoteRecording
 from oaishim.server.cluster import Cluster
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.dispatch import Dispatch

@@ -29,7 +29,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from oaishim.server.capture_process import RemoteRecording
+from oaishim.server.capture_feed import RemoteRecording
 from oaishim.server.shared_limits import SharedBuckets
 
 log = logging.getLogger("oaishim.server")
