@@ -6,25 +6,30 @@ headers (``upstream_sent``), each upstream read (``upstream_read``), each piece 
 (``wrap`` again), and the end (``end``). A stream's pieces relayed where the upstream's bytes
 arrive (``server.direct``) are noted there too: the upstream's by :class:`RecordingSink`, which
 stands between the connection and the direct path's sink, the client's by :class:`RecordingWrite`,
-which wraps the direct write; so is an answer the server writes whole (``respond``). It only reads a clock and appends references to lists; the record is
-built, redacted, checked and written later, by the store's thread (``capture.store``) or the
-capture process, and ``end`` never blocks.
+which wraps the direct write; so is an answer the server writes whole (``respond``). The upstream
+side reaches the recorder through :class:`RecordingUpstream`, the seam's wrapper for a capture. It
+only reads a clock and appends references to lists; the record is built, redacted, checked and
+written later, by the store's thread (``capture.store``) or the capture process, and ``end``
+never blocks.
 
 These run for every message and every streamed chunk of a captured exchange, so they live here,
-in a module ``hatch_build`` compiles, and not beside the seam's wrappers (``server.recording``),
-which Python classes subclass and which therefore stay interpreted.
+in a module ``hatch_build`` compiles; the recording wrappers therefore implement the seam's
+protocols themselves rather than extend its base wrappers (``server.seam``), which Python classes
+subclass and which therefore stay interpreted.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
 from oaishim.server.asgi import Headers, Message, Receive, Scope, Send
+from oaishim.server.config import ModelRoute
+from oaishim.server.direct import Attachable
 from oaishim.server.exchange import DirectBody, Respond
-from oaishim.server.seam import UpstreamResponse
+from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse, read_pieces
 
 now = time.perf_counter_ns
 
@@ -229,3 +234,100 @@ class RecordingSink:
             return False
         self._recorder.upstream_read(piece, self._opened, t_ns)
         return True
+
+
+class RecordingUpstream:
+    """An upstream (any ``server.seam.Upstream``) whose requests, response heads and body pieces one
+    :class:`Recorder` notes as they pass. (Not on the seam's ``UpstreamWrapper``: a compiled class
+    cannot extend one that is not, and this one runs for every captured request.)"""
+
+    __slots__ = ("inner", "recorder")
+
+    def __init__(self, inner: Upstream, recorder: Recorder) -> None:
+        self.inner, self.recorder = inner, recorder
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def open(
+        self,
+        route: ModelRoute,
+        method: str,
+        path: str,
+        body: bytes | None,
+        content_type: str | None = "application/json",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> UpstreamResponse:
+        started = now()
+        response = await self.inner.open(route, method, path, body, content_type, headers)
+        opened = self.recorder.upstream_sent(started, response, body)
+        if hasattr(response, "attach"):  # the raw connection's: its pieces can be relayed direct
+            return AttachableRecordingResponse(response, self.recorder, opened)
+        return RecordingResponse(response, self.recorder, opened)
+
+
+class RecordingResponse:
+    """An upstream response whose body pieces are noted as they are read: the seam's
+    ``UpstreamResponse``, the head the inner response's."""
+
+    __slots__ = ("inner", "opened", "recorder")
+
+    def __init__(self, inner: UpstreamResponse, recorder: Recorder, opened: RawResponse | None = None) -> None:
+        self.inner, self.recorder, self.opened = inner, recorder, opened
+
+    @property
+    def status(self) -> int:
+        return self.inner.status
+
+    @property
+    def headers(self) -> RawHeaders:
+        return self.inner.headers
+
+    @property
+    def content_type(self) -> str:
+        return self.inner.content_type
+
+    @property
+    def content_length(self) -> int | None:
+        return self.inner.content_length
+
+    @property
+    def request(self) -> SentRequest:
+        return self.inner.request
+
+    def pieces(self) -> AsyncIterator[bytes]:
+        return self.recorder.pieces(self.inner.pieces(), self.opened)
+
+    async def read(self, limit: int) -> bytes | None:
+        return await read_pieces(self.pieces(), limit)  # through ``pieces``, which note each one
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def note(self, piece: bytes) -> None:
+        """One piece read (``b""``: the body ended)."""
+        self.recorder.upstream_read(piece, self.opened)
+
+
+class AttachableRecordingResponse(RecordingResponse):
+    """A recorded response whose connection can hand its pieces to a sink (``server.direct``): a
+    piece the sink takes is noted here, since ``pieces`` will not see it; one it declines is."""
+
+    __slots__ = ()
+
+    def attach(self, sink: Callable[[bytes], bool]) -> None:
+        cast(Attachable, self.inner).attach(self.recorder.sink(sink, self.opened))
+
+    def detach(self) -> None:
+        cast(Attachable, self.inner).detach()
+
+    async def read(self, limit: int) -> bytes | None:
+        """The body whole, through the connection's own read (no iterator), each read noted as
+        ``pieces`` notes them, then the end."""
+        raw = await cast(Attachable, self.inner).read(limit, self.note)
+        if raw is not None:
+            self.note(b"")
+        return raw

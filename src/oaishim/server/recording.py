@@ -1,92 +1,29 @@
 """Recording exchanges as they pass (``oaishim serve --capture DIR``, ``oaishim capture``).
 
 A :class:`~oaishim.server.recorder.Recorder` (compiled with the core: it runs for every message
-and chunk) follows one exchange through its phases. Here are the parts that stay Python: the
-seam's wrappers that feed it (:class:`RecordingUpstream` around any ``server.seam.Upstream``, and
-its responses), the writer thread's record build and its checker's budget (:class:`CheckBudget`),
-and :class:`Recording`, where a gateway's or a proxy's exchanges go.
+and chunk) follows one exchange through its phases, fed by the wrapper around any
+``server.seam.Upstream`` (:class:`~oaishim.server.recorder.RecordingUpstream`, compiled with it).
+Here are the parts that stay Python: the writer thread's record build and its checker's budget
+(:class:`CheckBudget`), and :class:`Recording`, where a gateway's or a proxy's exchanges go.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import cast
 
 from oaishim.capture.build import build_record, warm_up
-from oaishim.capture.raw import Mode, RawExchange, RawResponse
+from oaishim.capture.raw import Mode, RawExchange
 from oaishim.capture.record import Record
 from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
 from oaishim.check import CheckOptions
 from oaishim.server.asgi import Scope
-from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.direct import Attachable
-from oaishim.server.recorder import Recorder, Submit
-from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
+from oaishim.server.config import Settings
+from oaishim.server.recorder import Recorder, RecordingUpstream, Submit
 
 __all__ = ["CheckBudget", "Recorder", "Recording", "RecordingUpstream", "Submit", "recording_for"]
-
-
-class RecordingUpstream(UpstreamWrapper):
-    """An upstream (any ``server.seam.Upstream``) whose requests, response heads and body pieces one
-    :class:`Recorder` notes as they pass."""
-
-    __slots__ = ("recorder",)
-
-    def __init__(self, inner: Upstream, recorder: Recorder) -> None:
-        super().__init__(inner)
-        self.recorder = recorder
-
-    async def open(
-        self,
-        route: ModelRoute,
-        method: str,
-        path: str,
-        body: bytes | None,
-        content_type: str | None = "application/json",
-        headers: list[tuple[str, str]] | None = None,
-    ) -> UpstreamResponse:
-        started = time.perf_counter_ns()
-        response = await self.inner.open(route, method, path, body, content_type, headers)
-        opened = self.recorder.upstream_sent(started, response, body)
-        if hasattr(response, "attach"):  # the raw connection's: its pieces can be relayed direct
-            return AttachableRecordingResponse(response, self.recorder, opened)
-        return RecordingResponse(response, self.recorder, opened)
-
-
-class RecordingResponse(ResponseWrapper):
-    __slots__ = ("opened", "recorder")
-
-    def __init__(self, inner: UpstreamResponse, recorder: Recorder, opened: RawResponse | None = None) -> None:
-        super().__init__(inner)
-        self.recorder, self.opened = recorder, opened
-
-    def pieces(self) -> AsyncIterator[bytes]:
-        return self.recorder.pieces(self.inner.pieces(), self.opened)
-
-
-class AttachableRecordingResponse(RecordingResponse):
-    """A recorded response whose connection can hand its pieces to a sink (``server.direct``): a
-    piece the sink takes is noted here, since ``pieces`` will not see it; one it declines is."""
-
-    __slots__ = ()
-
-    def attach(self, sink: Callable[[bytes], bool]) -> None:
-        cast(Attachable, self.inner).attach(self.recorder.sink(sink, self.opened))
-
-    def detach(self) -> None:
-        cast(Attachable, self.inner).detach()
-
-    async def read(self, limit: int) -> bytes | None:
-        """The body whole, through the connection's own read (no iterator), each read noted as
-        ``pieces`` notes them, then the end."""
-        recorder, opened = self.recorder, self.opened
-        raw = await cast(Attachable, self.inner).read(limit, lambda piece: recorder.upstream_read(piece, opened))
-        if raw is not None:
-            recorder.upstream_read(b"", opened)
-        return raw
 
 
 class CheckBudget:

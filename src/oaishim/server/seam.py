@@ -6,9 +6,9 @@ an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of
 the body whole, ``read``) and a ``close``. Every failure of the exchange is an
 :class:`~oaishim.wire.errors.OpenAIError` (no replica reachable, a deadline passed, the connection
 broke mid-body), so nothing above the seam knows the HTTP client. Implementations: the HTTP/1.1
-client (``server.upstream.Upstreams``), the recording wrapper (``server.recording.RecordingUpstream``)
-and the tracing one around any of them (both on :class:`UpstreamWrapper` and
-:class:`ResponseWrapper`), and the tests' in-process fake.
+client (``server.upstream.Upstreams``), the recording wrapper (``server.recorder.RecordingUpstream``,
+compiled, on the protocols alone) and the tracing one around any of them (on :class:`UpstreamWrapper`
+and :class:`ResponseWrapper`), and the tests' in-process fake.
 """
 
 from __future__ import annotations
