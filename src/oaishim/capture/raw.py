@@ -9,50 +9,92 @@ store's writer thread (``capture.build``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 HeaderPairs = Sequence[tuple[str | bytes, str | bytes]]
 Mode = Literal["gateway", "proxy"]
 
 
-@dataclass(slots=True)
 class RawRequest:
-    t_ns: int  # when it was received (client side) or sent (upstream side)
-    method: str
-    target: str  # path and query (client side) or the full URL (upstream side)
-    headers: HeaderPairs
-    body: list[bytes] = field(default_factory=list)
+    """A request as it passed: its head and the pieces of its body."""
+
+    __slots__ = ("body", "headers", "method", "t_ns", "target")
+
+    def __init__(
+        self, t_ns: int, method: str, target: str, headers: HeaderPairs, body: list[bytes] | None = None
+    ) -> None:
+        self.t_ns = t_ns  # when it was received (client side) or sent (upstream side)
+        self.method = method
+        self.target = target  # path and query (client side) or the full URL (upstream side)
+        self.headers = headers
+        self.body: list[bytes] = [] if body is None else body
+
+    def __repr__(self) -> str:
+        return f"RawRequest{_request_tuple(self)!r}"
 
 
-@dataclass(slots=True)
 class RawResponse:
-    t_ns: int  # when the status line and headers were sent (client) or received (upstream)
-    status: int
-    headers: HeaderPairs
-    reads: list[tuple[int, bytes]] = field(default_factory=list)  # (time, bytes) of each piece
-    complete: bool = False  # the body ended normally (the last piece was sent or read)
+    """A response as it passed: its head, each piece of its body with its time, and whether it ended."""
+
+    __slots__ = ("complete", "headers", "reads", "status", "t_ns")
+
+    def __init__(
+        self,
+        t_ns: int,
+        status: int,
+        headers: HeaderPairs,
+        reads: list[tuple[int, bytes]] | None = None,
+        complete: bool = False,
+    ) -> None:
+        self.t_ns = t_ns  # when the status line and headers were sent (client) or received (upstream)
+        self.status = status
+        self.headers = headers
+        self.reads: list[tuple[int, bytes]] = [] if reads is None else reads  # (time, bytes) of each piece
+        self.complete = complete  # the body ended normally (the last piece was sent or read)
+
+    def __repr__(self) -> str:
+        return f"RawResponse{_response_tuple(self)!r}"
 
 
-@dataclass(slots=True)
 class RawExchange:
     """One exchange as it happened. Times are ``time.perf_counter_ns()``; ``started`` is wall time."""
 
-    t0_ns: int
-    started: float
-    mode: Mode
-    client_request: RawRequest | None = None
-    client_response: RawResponse | None = None
-    upstream_request: RawRequest | None = None
-    upstream_response: RawResponse | None = None
-    profile: str | None = None
-    end_ns: int = 0
-    error: str | None = None
+    __slots__ = (
+        "client_request", "client_response", "end_ns", "error", "mode", "profile", "started", "t0_ns",
+        "upstream_request", "upstream_response",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        t0_ns: int,
+        started: float,
+        mode: Mode,
+        client_request: RawRequest | None = None,
+        client_response: RawResponse | None = None,
+        upstream_request: RawRequest | None = None,
+        upstream_response: RawResponse | None = None,
+        profile: str | None = None,
+        end_ns: int = 0,
+        error: str | None = None,
+    ) -> None:
+        self.t0_ns = t0_ns
+        self.started = started
+        self.mode: Mode = mode
+        self.client_request = client_request
+        self.client_response = client_response
+        self.upstream_request = upstream_request
+        self.upstream_response = upstream_response
+        self.profile = profile
+        self.end_ns = end_ns
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"RawExchange{to_tuple(self)!r}"
 
 
 # -- one exchange as plain tuples: what crosses to the capture process (server.capture_process) -----
-# pickling tuples of builtins costs less than half what the slotted dataclasses cost (their state
-# is gathered in Python), and it is paid by the serving process
+# serialising tuples of builtins costs less than half what the objects would (their state is
+# gathered in Python), and it is paid by the serving process
 
 
 def _request_tuple(r: RawRequest | None) -> tuple[object, ...] | None:

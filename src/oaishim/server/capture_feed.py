@@ -35,6 +35,7 @@ from oaishim.server.recorder import Recorder
 
 log = logging.getLogger("oaishim.capture")
 FRAME = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
+MARSHAL_VERSION = 2  # see encode
 IOV_BATCH = 256  # frames one sendmsg is given at most (the kernel allows 1,024)
 
 
@@ -205,10 +206,12 @@ def encode(exchange: RawExchange) -> bytes:
     """One exchange as a frame's payload: its tuples in ``marshal``'s format (the serving and the
     capture process are the same interpreter), or pickled where marshal refuses a value (a subclass
     of ``str`` or ``int`` in a header, say). A pickle starts with its PROTO opcode, 0x80, which no
-    marshalled value starts with."""
+    marshalled value starts with. Marshal's format 2, the last without back-references: the later
+    ones keep a table of every object written, a third of the time for a plain exchange, to share
+    what recurs, which in an exchange is little."""
     form: tuple[Any, ...] = to_tuple(exchange)  # builtins only (capture.raw)
     try:
-        return marshal.dumps(form)
+        return marshal.dumps(form, MARSHAL_VERSION)
     except ValueError:
         return pickle.dumps(form, pickle.HIGHEST_PROTOCOL)
 
