@@ -31,6 +31,7 @@ COLUMNS = (
     "offset",
     "length",
 )
+_INSERT = f"INSERT OR REPLACE INTO exchanges ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS exchanges (
     id TEXT PRIMARY KEY, time REAL, mode TEXT, model TEXT, method TEXT, path TEXT, status INTEGER,
@@ -64,6 +65,7 @@ class Index:
         if create:
             self.db.executescript(_SCHEMA)
         self._open = False
+        self._marks: dict[str, int] = {}  # files marked in the open transaction: how far each is indexed
 
     def _begin(self) -> None:
         if not self._open:
@@ -73,14 +75,13 @@ class Index:
     def add(self, row: Mapping[str, Any], file: str, offset: int, length: int) -> None:
         self._begin()
         values = [row.get(c) for c in COLUMNS[:-3]] + [file, offset, length]
-        self.db.execute(
-            f"INSERT OR REPLACE INTO exchanges ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-            values,
-        )
+        self.db.execute(_INSERT, values)
 
     def mark(self, file: str, upto: int) -> None:
+        """The index holds ``file`` up to ``upto``: written with the transaction's commit (once a
+        file per commit, not once a record; the rows it vouches for commit with it)."""
         self._begin()
-        self.db.execute("INSERT OR REPLACE INTO files (file, indexed_upto) VALUES (?, ?)", (file, upto))
+        self._marks[file] = upto
 
     def set_meta(self, key: str, value: str) -> None:
         self._begin()
@@ -88,6 +89,11 @@ class Index:
 
     def commit(self) -> None:
         if self._open:
+            if self._marks:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO files (file, indexed_upto) VALUES (?, ?)", self._marks.items()
+                )
+                self._marks.clear()
             self.db.execute("COMMIT")
             self._open = False
 
