@@ -4,8 +4,7 @@ the first token, and the final message a client holds at the end (pure: records 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -15,10 +14,18 @@ from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
 from oaishim.wire.sse import SSEDecoder, SSEEvent
 
 
-@dataclass(frozen=True, slots=True)
 class TimedEvent:
-    t_ms: float  # the time of the read that completed the event
-    event: SSEEvent
+    """One SSE event of a stored stream, with the time of the read that completed it. (A plain
+    class: a slotted dataclass is rebuilt as an interpreted one, and there is one of these an event.)"""
+
+    __slots__ = ("event", "t_ms")
+
+    def __init__(self, t_ms: float, event: SSEEvent) -> None:
+        self.t_ms: Final = t_ms  # the time of the read that completed the event
+        self.event: Final = event
+
+    def __repr__(self) -> str:
+        return f"TimedEvent(t_ms={self.t_ms!r}, event={self.event!r})"
 
     def json(self) -> Any:
         try:
@@ -67,13 +74,13 @@ def timed_events(response: Mapping[str, Any] | None) -> list[TimedEvent]:
 
 def _choice_text(choice: Mapping[str, Any]) -> str:
     delta = choice.get("delta")
-    if isinstance(delta, Mapping):
+    if isinstance(delta, dict):
         parts = [delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning")]
         text = "".join(p for p in parts if isinstance(p, str))
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else []:
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(function, Mapping):
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
                 text += str(function.get("name") or "") + str(function.get("arguments") or "")
         return text
     legacy = choice.get("text")
@@ -95,12 +102,12 @@ def _responses_delta(chunk: Mapping[str, Any]) -> str | None:
 def carries_token(chunk: Any) -> bool:
     """Whether a stream chunk carries generated text (content, reasoning, a tool call, legacy text;
     a Responses ``*.delta`` event)."""
-    if not isinstance(chunk, Mapping):
+    if not isinstance(chunk, dict):
         return False
     if "type" in chunk and "choices" not in chunk:
         return bool(_responses_delta(chunk))
     choices = chunk.get("choices")
-    return any(isinstance(c, Mapping) and _choice_text(c) for c in choices or [] if isinstance(choices, list))
+    return any(isinstance(c, dict) and _choice_text(c) for c in choices or [] if isinstance(choices, list))
 
 
 def first_token_ms(events: Iterable[TimedEvent]) -> float | None:
@@ -113,7 +120,7 @@ def describe(event: TimedEvent) -> str:
     if event.event.data == "[DONE]":
         return "[DONE]"
     chunk = event.json()
-    if not isinstance(chunk, Mapping):
+    if not isinstance(chunk, dict):
         return "(not JSON) " + event.event.data[:80]
     if isinstance(chunk.get("type"), str) and "choices" not in chunk:
         return _describe_responses(chunk)
@@ -121,11 +128,11 @@ def describe(event: TimedEvent) -> str:
         return "error " + orjson.dumps(chunk["error"]).decode()[:100]
     parts: list[str] = []
     for choice in chunk.get("choices") or []:
-        if not isinstance(choice, Mapping):
+        if not isinstance(choice, dict):
             continue
         bits = []
         delta = choice.get("delta")
-        if isinstance(delta, Mapping) and delta.get("role"):
+        if isinstance(delta, dict) and delta.get("role"):
             bits.append(f"role={delta['role']}")
         text = _choice_text(choice)
         if text:
@@ -146,12 +153,12 @@ def _describe_responses(chunk: Mapping[str, Any]) -> str:
     if delta is not None:
         return f"{kind} {orjson.dumps(delta).decode()}"
     item = chunk.get("item")
-    if isinstance(item, Mapping):
+    if isinstance(item, dict):
         return f"{kind} {item.get('type')} {item.get('id') or ''}".rstrip()
     response = chunk.get("response")
-    if isinstance(response, Mapping):
+    if isinstance(response, dict):
         usage = response.get("usage")
-        tail = f" usage {orjson.dumps(usage).decode()}" if isinstance(usage, Mapping) else ""
+        tail = f" usage {orjson.dumps(usage).decode()}" if isinstance(usage, dict) else ""
         return f"{kind} status={response.get('status')}{tail}"
     if kind == "error":
         return f"error {orjson.dumps({k: chunk.get(k) for k in ('code', 'message', 'param')}).decode()[:100]}"
@@ -172,9 +179,9 @@ def final_message(response: Mapping[str, Any] | None, target: str = "") -> Any:
     final: Any = None
     for event in timed_events(response):
         chunk = event.json()
-        if isinstance(chunk, Mapping) and isinstance(chunk.get("choices"), list):
+        if isinstance(chunk, dict) and isinstance(chunk.get("choices"), list):
             chunks.append(chunk)
-        elif isinstance(chunk, Mapping) and chunk.get("type") in _RESPONSES_TERMINAL:
+        elif isinstance(chunk, dict) and chunk.get("type") in _RESPONSES_TERMINAL:
             final = chunk.get("response")
     if final is not None or (not chunks and "/responses" in path_of(target)):
         return final if final is not None else {"error": "the Responses stream has no terminal event"}
