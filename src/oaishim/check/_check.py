@@ -34,7 +34,7 @@ def infer_endpoint(request: Mapping[str, Any] | None, sample: Any, path: str | N
     """Which endpoint an exchange belongs to, from the response's ``object``, else the path or the request."""
     if _errors.is_error_body(sample):
         return "error"
-    if isinstance(sample, Mapping):
+    if isinstance(sample, dict):
         obj = sample.get("object")
         if obj == "response":
             return "responses"
@@ -45,7 +45,7 @@ def infer_endpoint(request: Mapping[str, Any] | None, sample: Any, path: str | N
         if obj == "list":
             data = sample.get("data")
             first = data[0] if isinstance(data, list) and data else None
-            if isinstance(first, Mapping) and first.get("object") == "embedding":
+            if isinstance(first, dict) and first.get("object") == "embedding":
                 return "embeddings"
             return "models"
     if _resp_check.is_responses_path(path) or _resp_check.is_responses_request(request):
@@ -88,7 +88,7 @@ def _check_body(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
     endpoint = ex.endpoint or infer_endpoint(ex.request, body, ex.path)
     if endpoint == "error" or (ex.status or 0) >= 400 or _errors.is_error_body(body):
         _errors.check_error_body(body, ex.status, sink)
-        if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
             _validate("error", body, opts, sink)
         return
     if ex.request is not None and ex.request.get("stream") is True and endpoint in ("chat", "completions", "responses"):
@@ -98,12 +98,12 @@ def _check_body(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
         return
     kind = _KINDS[endpoint][0]
     _validate(kind, body, opts, sink)
-    if not isinstance(body, Mapping) or endpoint not in ("chat", "completions"):
+    if not isinstance(body, dict) or endpoint not in ("chat", "completions"):
         return
     check_id_prefix(body, endpoint == "chat", sink)
     _final_rules(body, ex.request, opts, sink, chat=endpoint == "chat", streamed=False)
     for i, choice in enumerate(body.get("choices") or []):
-        if isinstance(choice, Mapping):
+        if isinstance(choice, dict):
             _logprobs.check_choice_logprobs(choice, i, ex.request, sink, chat=endpoint == "chat")
 
 
@@ -121,10 +121,10 @@ def _final_rules(
     if request is not None:
         _request.check_against_request(result, request, sink, chat=chat)
     for choice in result.get("choices") or []:
-        if not isinstance(choice, Mapping) or not isinstance(choice.get("index"), int):
+        if not isinstance(choice, dict) or not isinstance(choice.get("index"), int):
             continue
         message = choice.get("message")
-        text = message.get("content") if chat and isinstance(message, Mapping) else choice.get("text")
+        text = message.get("content") if chat and isinstance(message, dict) else choice.get("text")
         _eot.check_final_text(
             text if isinstance(text, str) else None,
             choice.get("finish_reason"),
@@ -150,7 +150,7 @@ def _include_usage(request: Mapping[str, Any] | None) -> bool | None:
     if request is None:
         return None
     options = request.get("stream_options")
-    return isinstance(options, Mapping) and options.get("include_usage") is True
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def _is_responses(ex: Exchange, events: list[SSEEvent]) -> bool:
@@ -215,21 +215,21 @@ def _check_stream(ex: Exchange, opts: CheckOptions, sink: Sink) -> None:
     pieces: dict[int, list[tuple[int, str, str]]] = {}
     for n, chunk in chunks:
         _validate(kind, chunk, opts, sink, chunk=n)
-        if not isinstance(chunk, Mapping):
+        if not isinstance(chunk, dict):
             continue
         rules.feed(n, chunk)
         for i, choice in enumerate(chunk.get("choices") or []):
-            if not isinstance(choice, Mapping):
+            if not isinstance(choice, dict):
                 continue
             _logprobs.check_choice_logprobs(choice, i, ex.request, sink, chat=chat, chunk=n)
             delta = choice.get("delta") if chat else choice
-            text = delta.get("content" if chat else "text") if isinstance(delta, Mapping) else None
+            text = delta.get("content" if chat else "text") if isinstance(delta, dict) else None
             if isinstance(text, str) and text and isinstance(choice.get("index"), int):
                 pieces.setdefault(choice["index"], []).append((n, jpath("choices", i), text))
     rules.finish(errored=errored)
     for index, parts in pieces.items():
         _eot.check_split_tokens(parts, index, opts, sink)
-    dicts = [c for _, c in chunks if isinstance(c, Mapping)]
+    dicts = [c for _, c in chunks if isinstance(c, dict)]
     try:
         result = accumulate_chat(dicts) if chat else accumulate_completion(dicts)
     except ValueError:

@@ -8,7 +8,6 @@ class from the status alone, so a server fault sent as 400 (TensorRT-LLM answers
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from oaishim.check._findings import Sink
@@ -21,7 +20,7 @@ __all__ = ["check_error_body", "is_error_body"]
 def is_error_body(body: Any) -> bool:
     """An error body in any backend's shape; a Responses ``response`` object (whose ``error`` key is
     ``null`` or the failure it reports) is not one."""
-    return _any_error_body(body) and not (isinstance(body, Mapping) and body.get("object") == "response")
+    return _any_error_body(body) and not (isinstance(body, dict) and body.get("object") == "response")
 
 
 # The error types the official API uses, and the statuses each may come with.
@@ -43,11 +42,11 @@ _TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
 
 def check_error_body(body: Any, status: int | None, sink: Sink, *, chunk: int | None = None) -> None:
     """Check an error body; ``status`` is None for an error event inside a stream."""
-    if not isinstance(body, Mapping):
+    if not isinstance(body, dict):
         sink.add("error.shape", "$", 'error body is not {"error": {...}}', chunk=chunk)
         return
     error = body.get("error")
-    if not isinstance(error, Mapping):
+    if not isinstance(error, dict):
         # A flat body (vLLM old, SGLang, TRT-LLM): one finding for the shape; its status is still judged.
         sink.add("error.shape", "$", 'error body is not {"error": {...}}', chunk=chunk)
         error = body

@@ -46,7 +46,7 @@ def check_choice_logprobs(
     path = jpath("choices", i, "logprobs")
     logprobs = choice.get("logprobs")
     asked = _asked(request, chat)
-    if not isinstance(logprobs, Mapping):
+    if not isinstance(logprobs, dict):
         if asked and chunk is None:
             sink.add("logprobs.shape", path, "logprobs were requested but the choice has none", chunk=chunk)
         return
@@ -77,7 +77,7 @@ def _check_chat_top(
 ) -> None:
     want = request.get("top_logprobs") or 0
     for j, entry in enumerate(logprobs.get("content") or []):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("top_logprobs"), list):
+        if not isinstance(entry, dict) or not isinstance(entry.get("top_logprobs"), list):
             continue  # rule a reports a missing or mistyped top_logprobs
         got = len(entry["top_logprobs"])
         where = f"{path}.content[{j}].top_logprobs"
@@ -92,7 +92,7 @@ def _check_legacy_top(
 ) -> None:
     want = request["logprobs"]
     for j, entry in enumerate(logprobs.get("top_logprobs") or []):
-        if isinstance(entry, Mapping) and len(entry) > want + 1:
+        if isinstance(entry, dict) and len(entry) > want + 1:
             sink.add(
                 "logprobs.top-n",
                 f"{path}.top_logprobs[{j}]",

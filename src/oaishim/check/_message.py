@@ -40,11 +40,11 @@ def check_chat_choices(
     mode = _tool_choice_mode(request)
     seen_ids: set[str] = set()
     for i, choice in enumerate(choices):
-        if not isinstance(choice, Mapping):
+        if not isinstance(choice, dict):
             continue
         index = choice.get("index", i) if isinstance(choice.get("index"), int) else i
         message = choice.get("message")
-        if not isinstance(message, Mapping):
+        if not isinstance(message, dict):
             continue
         base = jpath("choices", i, "message")
         calls = message.get("tool_calls", ...)
@@ -86,7 +86,7 @@ def check_chat_choices(
 
 def _check_call_ids(calls: list[Any], path: str, seen: set[str], sink: Sink, chunk: int | None) -> None:
     for j, call in enumerate(calls):
-        if not isinstance(call, Mapping):
+        if not isinstance(call, dict):
             continue
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id:

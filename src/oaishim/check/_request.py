@@ -33,7 +33,7 @@ def _stops(request: Mapping[str, Any]) -> list[str]:
 def _text(choice: Mapping[str, Any], chat: bool) -> str | None:
     if chat:
         message = choice.get("message")
-        content = message.get("content") if isinstance(message, Mapping) else None
+        content = message.get("content") if isinstance(message, dict) else None
         return content if isinstance(content, str) else None
     text = choice.get("text")
     return text if isinstance(text, str) else None
@@ -41,7 +41,7 @@ def _text(choice: Mapping[str, Any], chat: bool) -> str | None:
 
 def check_against_request(result: Mapping[str, Any], request: Mapping[str, Any], sink: Sink, *, chat: bool) -> None:
     """``result`` is the final object: a plain body, or a stream accumulated."""
-    choices = [c for c in result.get("choices") or [] if isinstance(c, Mapping)]
+    choices = [c for c in result.get("choices") or [] if isinstance(c, dict)]
     n = request.get("n")
     want_n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
     if not chat and isinstance(request.get("prompt"), list) and request["prompt"]:
@@ -51,7 +51,7 @@ def check_against_request(result: Mapping[str, Any], request: Mapping[str, Any],
         sink.add("request.n", "$.choices", f"{len(choices)} choices, {want_n} expected")
     limit = _limit(request, chat)
     usage = result.get("usage")
-    if limit is not None and isinstance(usage, Mapping):
+    if limit is not None and isinstance(usage, dict):
         used = usage.get("completion_tokens")
         if isinstance(used, int) and used > limit * max(want_n, 1):
             sink.add(

@@ -56,7 +56,7 @@ def check_body(body: Any, opts: CheckOptions, sink: Sink) -> None:
     _schema.report_unknown(
         "response", body, sink, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
     )
-    if isinstance(body, Mapping):
+    if isinstance(body, dict):
         check_response(body, "$", sink, event=None)
 
 

@@ -75,7 +75,7 @@ def done_content(n: int, item: Item, item_map: Mapping[str, Any], sink: Sink) ->
             continue
         for i, entry in enumerate(listed):
             part = item.parts[container].get(i)
-            if part is None or not isinstance(entry, Mapping):
+            if part is None or not isinstance(entry, dict):
                 continue
             key = PART_TEXT.get(part.type or "", (None, "text"))[1]
             streamed = part.text if part.text is not None else "".join(part.deltas)
@@ -110,7 +110,7 @@ def final_output(n: int, items: list[Item], output: Any, sink: Sink) -> None:
         )
     for i, (final, item) in enumerate(zip(output, items, strict=False)):
         streamed = item.done
-        if not isinstance(final, Mapping) or streamed is None or item.id_changed:
+        if not isinstance(final, dict) or streamed is None or item.id_changed:
             continue
         keys = sorted(k for k in (final.keys() | streamed.keys()) - _UNCOMPARED if final.get(k) != streamed.get(k))
         if keys:

@@ -94,7 +94,7 @@ def check_response(
     if check_items and isinstance(output, list):
         call_ids: dict[str, str] = {}
         for i, item in enumerate(output):
-            if isinstance(item, Mapping):
+            if isinstance(item, dict):
                 check_item_ids(item, child(child(path, "output"), i), sink, call_ids, chunk=chunk)
                 _item_status(item, status, child(child(path, "output"), i), sink, chunk)
 
@@ -112,12 +112,12 @@ def _status_for(event: str | None, status: Any) -> set[str] | None:
 def _status_details(response: Mapping[str, Any], status: str, path: str, sink: Sink, chunk: int | None) -> None:
     error, details = response.get("error"), response.get("incomplete_details")
     if status == "failed":
-        if not isinstance(error, Mapping):
+        if not isinstance(error, dict):
             sink.add("responses.status", child(path, "error"), "status 'failed' without an error object", chunk=chunk)
     elif error is not None:
         sink.add("responses.status", child(path, "error"), f"an error object with status {status!r}", chunk=chunk)
     if status == "incomplete":
-        if not isinstance(details, Mapping) or not isinstance(details.get("reason"), str):
+        if not isinstance(details, dict) or not isinstance(details.get("reason"), str):
             sink.add(
                 "responses.status",
                 child(path, "incomplete_details"),
@@ -140,7 +140,7 @@ def _usage(response: Mapping[str, Any], event: str | None, path: str, sink: Sink
         sink.add(
             "responses.usage", child(path, "usage"), f"usage sent in {event}; it is null until the end", chunk=chunk
         )
-    elif finished and event != "response.failed" and not isinstance(usage, Mapping):
+    elif finished and event != "response.failed" and not isinstance(usage, dict):
         sink.add(
             "responses.usage",
             child(path, "usage"),

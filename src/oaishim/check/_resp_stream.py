@@ -71,7 +71,7 @@ class ResponsesStream:
             return
         self._lifecycle(n, position, kind)
         response = event.get("response")
-        if isinstance(response, Mapping):
+        if isinstance(response, dict):
             self._response(n, kind, response)
         if kind == "error":
             self.pending_error = n
@@ -138,7 +138,7 @@ class ResponsesStream:
 
     def _item_added(self, n: int, event: Mapping[str, Any]) -> None:
         raw = event.get("item")
-        item_map = raw if isinstance(raw, Mapping) else {}
+        item_map = raw if isinstance(raw, dict) else {}
         for prev in self.items:
             if prev.done_at is None and not prev.overlap_reported:
                 self.sink.add(
@@ -209,7 +209,7 @@ class ResponsesStream:
                 "responses.item-open", f"$.{key}", f"{key} {index} for the part at position {len(parts)}", chunk=n
             )
         raw = event.get("part")
-        kind = raw.get("type") if isinstance(raw, Mapping) else None
+        kind = raw.get("type") if isinstance(raw, dict) else None
         parts.setdefault(index, Part(index, kind if isinstance(kind, str) else None, n))
 
     def _part(self, n: int, container: str, event: Mapping[str, Any]) -> Part | None:
@@ -258,7 +258,7 @@ class ResponsesStream:
         done_event, key = PART_TEXT.get(part.type or "", (None, "text"))
         if done_event is not None and part.text is None and not self.orphaned:
             self.sink.add("responses.item-close", "$", f"part {part.index} closes without {done_event}", chunk=n)
-        text = raw.get(key) if isinstance(raw, Mapping) else None
+        text = raw.get(key) if isinstance(raw, dict) else None
         if self.orphaned:
             return
         if isinstance(text, str) and text != (part.text if part.text is not None else "".join(part.deltas)):
@@ -268,7 +268,7 @@ class ResponsesStream:
 
     def _item_done(self, n: int, event: Mapping[str, Any]) -> None:
         raw = event.get("item")
-        item_map = raw if isinstance(raw, Mapping) else {}
+        item_map = raw if isinstance(raw, dict) else {}
         index = event.get("output_index")
         item = self.items[index] if isinstance(index, int) and 0 <= index < len(self.items) else None
         if item is None:

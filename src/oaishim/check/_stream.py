@@ -64,7 +64,7 @@ class StreamRules:
         if len(choices) > 1:
             self.sink.add("stream.choice-count", "$.choices", f"{len(choices)} choices in one chunk", chunk=n)
         for i, choice in enumerate(choices):
-            if isinstance(choice, Mapping) and isinstance(choice.get("index"), int):
+            if isinstance(choice, dict) and isinstance(choice.get("index"), int):
                 self._choice(n, i, choice)
 
     def _identity(self, n: int, chunk: Mapping[str, Any]) -> None:
@@ -132,7 +132,7 @@ class StreamRules:
                 chunk=n,
             )
         delta = choice.get("delta") if self.chat else None
-        if isinstance(delta, Mapping):
+        if isinstance(delta, dict):
             self._delta(n, base, state, delta)
         finish = choice.get("finish_reason")
         if finish is not None:
@@ -140,7 +140,7 @@ class StreamRules:
                 self.sink.add("stream.finish-once", base + ".finish_reason", f"choice {index} finished twice", chunk=n)
             else:
                 state.finished_at = n
-            if self.chat and isinstance(delta, Mapping) and delta:
+            if self.chat and isinstance(delta, dict) and delta:
                 self.sink.add(
                     "stream.finish-delta",
                     base + ".delta",
@@ -203,7 +203,7 @@ class StreamRules:
         if not isinstance(calls, list):
             return
         for j, call in enumerate(calls):
-            if not isinstance(call, Mapping) or not isinstance(call.get("index"), int):
+            if not isinstance(call, dict) or not isinstance(call.get("index"), int):
                 continue  # rule a
             cpath = f"{path}.tool_calls[{j}]"
             k = call["index"]
@@ -227,8 +227,8 @@ class StreamRules:
             for name, ok in (
                 ("id", isinstance(call.get("id"), str) and call.get("id") != ""),
                 ("type", call.get("type") == "function"),
-                ("function.name", isinstance(fn, Mapping) and isinstance(fn.get("name"), str)),
-                ('function.arguments ""', isinstance(fn, Mapping) and fn.get("arguments") == ""),
+                ("function.name", isinstance(fn, dict) and isinstance(fn.get("name"), str)),
+                ('function.arguments ""', isinstance(fn, dict) and fn.get("arguments") == ""),
             )
             if not ok
         ]
@@ -250,7 +250,7 @@ class StreamRules:
     def _continuing_call(self, n: int, cpath: str, call: Mapping[str, Any]) -> None:
         extra = sorted(call.keys() - {"index", "function"})
         fn = call.get("function")
-        if isinstance(fn, Mapping):
+        if isinstance(fn, dict):
             extra += [f"function.{key}" for key in sorted(fn.keys() - {"arguments"})]
         if extra:
             self.sink.add(

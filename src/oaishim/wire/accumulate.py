@@ -11,7 +11,6 @@ numbers) we keep its intent instead; each such place says so in its docstring.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -24,6 +23,17 @@ __all__ = [
 ]
 
 _REPLACED_KEYS = frozenset({"index", "type"})
+
+
+def json_copy(value: Any) -> Any:
+    """A JSON value copied: new objects and arrays all the way down, the scalars (immutable) shared.
+    What ``copy.deepcopy`` gives for parsed JSON, compiled (deepcopy is interpreted, and the stream
+    builders copy on every chunk)."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    return value
 
 
 def _is_number(value: object) -> bool:
@@ -43,7 +53,7 @@ def _is_indexed_list(*lists: list[Any]) -> bool:
 
 
 def _entry_index(entry: object) -> int:
-    if not isinstance(entry, Mapping):
+    if not isinstance(entry, dict):
         raise TypeError(f"entry of an indexed list delta is not an object: {entry!r}")
     if "index" not in entry:
         raise ValueError(f"entry of an indexed list delta has no 'index' key: {dict(entry)!r}")
@@ -96,23 +106,23 @@ def accumulate_delta(acc: dict[str, Any], delta: Mapping[str, Any]) -> dict[str,
                 # One delta may hold several fragments for the same index: merge them, don't copy.
                 current = acc[key] = []
             else:
-                acc[key] = copy.deepcopy(value)
+                acc[key] = json_copy(value)
                 continue
         if key in _REPLACED_KEYS:
-            acc[key] = copy.deepcopy(value)
+            acc[key] = json_copy(value)
         elif value is None:
             continue
         elif _addable(current, value):
             acc[key] = current + value
         elif isinstance(current, bool) and isinstance(value, bool):
             acc[key] = value
-        elif isinstance(current, dict) and isinstance(value, Mapping):
+        elif isinstance(current, dict) and isinstance(value, dict):
             accumulate_delta(current, value)
         elif isinstance(current, list) and isinstance(value, list):
             if _is_indexed_list(current, value):
                 _merge_indexed(current, value)
             else:
-                current.extend(copy.deepcopy(value))
+                current.extend(json_copy(value))
     return acc
 
 
@@ -123,7 +133,7 @@ def _header_field(header: dict[str, Any], chunk: Mapping[str, Any], key: str) ->
 
 
 def _choice_index(choice: object) -> int:
-    if not isinstance(choice, Mapping):
+    if not isinstance(choice, dict):
         raise TypeError(f"choice is not an object: {choice!r}")
     return _entry_index(choice)
 
@@ -144,7 +154,7 @@ class _StreamHeader:
             _header_field(self.fields, chunk, key)
         # SDK: ``snapshot.usage = chunk.usage`` and ``snapshot.system_fingerprint = chunk.system_fingerprint``
         # on every chunk, so the last chunk decides, even when it lacks the key (-> None).
-        self.usage = copy.deepcopy(chunk.get("usage"))
+        self.usage = json_copy(chunk.get("usage"))
         self.system_fingerprint = chunk.get("system_fingerprint")
         self.fingerprint_seen = self.fingerprint_seen or "system_fingerprint" in chunk
 
@@ -162,7 +172,7 @@ class _StreamHeader:
         if "service_tier" in self.fields:
             result["service_tier"] = self.fields["service_tier"]
         result["choices"] = choices
-        result["usage"] = copy.deepcopy(self.usage)
+        result["usage"] = json_copy(self.usage)
         return result
 
 
@@ -189,8 +199,8 @@ class _ChatChoice:
         if self.logprobs is None:
             # SDK: the first logprobs object is taken as is (a list or null per field) ...
             self.logprobs = {
-                "content": copy.deepcopy(logprobs.get("content")),
-                "refusal": copy.deepcopy(logprobs.get("refusal")),
+                "content": json_copy(logprobs.get("content")),
+                "refusal": json_copy(logprobs.get("refusal")),
             }
             return
         for key in ("content", "refusal"):
@@ -198,10 +208,10 @@ class _ChatChoice:
             if logprobs.get(key):
                 if self.logprobs[key] is None:
                     self.logprobs[key] = []
-                self.logprobs[key].extend(copy.deepcopy(logprobs[key]))
+                self.logprobs[key].extend(json_copy(logprobs[key]))
 
     def build(self) -> dict[str, Any]:
-        message = copy.deepcopy(self.message)
+        message = json_copy(self.message)
         built = {
             "role": message.pop("role", None) or "assistant",
             "content": message.pop("content", None),
@@ -211,7 +221,7 @@ class _ChatChoice:
         return {
             "index": self.index,
             "message": built,
-            "logprobs": copy.deepcopy(self.logprobs),
+            "logprobs": json_copy(self.logprobs),
             "finish_reason": self.finish_reason,
         }
 
@@ -298,15 +308,15 @@ class _TextChoice:
         for key, value in logprobs.items():
             current = self.logprobs.get(key)
             if isinstance(current, list) and isinstance(value, list):
-                current.extend(copy.deepcopy(value))
+                current.extend(json_copy(value))
             elif current is None:
-                self.logprobs[key] = copy.deepcopy(value)
+                self.logprobs[key] = json_copy(value)
 
     def build(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "text": self.text,
-            "logprobs": copy.deepcopy(self.logprobs),
+            "logprobs": json_copy(self.logprobs),
             "finish_reason": self.finish_reason,
         }
 
