@@ -41,7 +41,7 @@ def test_every_fixture_is_judged_alike_cold_and_warm() -> None:
     assert len(named) > 100
     cold: dict[str, list[tuple[str, str, int | None]]] = {}
     for name, body in named:
-        _schema._PLANS.clear()
+        _schema.clear_plans()
         cold[name] = findings(body)
     for name, body in [*named, *named]:  # warm: plans left by every other body
         assert findings(body) == cold[name], name
@@ -62,7 +62,7 @@ def test_same_keys_different_discriminator_take_their_own_branch(first: str) -> 
     custom = {"name": "grep", "input": "x"}
     calls = {kind: {"id": "call_1", "type": kind, "custom": custom} for kind in ("function", "custom")}
     second = "custom" if first == "function" else "function"
-    _schema._PLANS.clear()
+    _schema.clear_plans()
     expected = {"function": [("unknown-field", "$.choices[0].message.tool_calls[0].custom", None)], "custom": []}
     for kind in (first, second, first):
         assert findings(chat_with(calls[kind])) == expected[kind], kind
@@ -70,9 +70,9 @@ def test_same_keys_different_discriminator_take_their_own_branch(first: str) -> 
 
 def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_schema, "_MAX_PLANS", 50)
-    _schema._PLANS.clear()
+    _schema.clear_plans()
     for i in range(200):  # metadata is an open map: each set of keys is a shape of its own
         body = orjson.loads(chat_with({"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}))
         body["metadata"] = {f"k{i}": "v"}
         findings(orjson.dumps(body))
-        assert len(_schema._PLANS) <= 50
+        assert 0 < _schema.plans_held() <= 50

@@ -7,13 +7,18 @@ from collections.abc import Iterable
 from oaishim.check._model import Finding
 from oaishim.check._rules import GENERIC_RULES, RULES, Severity
 
+_PATHS: dict[tuple[str | int, ...], str] = {}  # jpath's answers: the rules ask for the same few paths every chunk
+
 
 def jpath(*parts: str | int) -> str:
     """``jpath("choices", 0, "delta")`` -> ``$.choices[0].delta``."""
-    out = ["$"]
-    for part in parts:
-        out.append(f"[{part}]" if isinstance(part, int) else f".{part}")
-    return "".join(out)
+    path = _PATHS.get(parts)
+    if path is None:
+        path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
+        if len(_PATHS) >= 4096:
+            _PATHS.clear()
+        path = _PATHS[parts] = "$" + path
+    return path
 
 
 def child(path: str, part: str | int) -> str:

@@ -139,13 +139,26 @@ def _expand(schemas: list[Schema], instance: Any) -> Iterator[Schema]:
 # What the walk needs at one node of an instance: the schemas of each property, those of other keys
 # (an open map), whether other keys are allowed, and the schemas of an array's items
 _Plan = tuple[dict[str, list[Schema]], list[Schema], bool, list[Schema]]
-# Memos keyed by the identity of a list of schemas, which each entry holds (so the identity cannot be
-# reused while the entry lives) and compares on a hit: a list built for an earlier plan is
-# never mistaken for another
-_PLANS: dict[tuple[Any, ...], tuple[list[Schema], _Plan]] = {}
+
+
+class _Memo:
+    """The plans of one list of schemas (the walk passes the same lists again: the property lists
+    of earlier plans), keyed by what of an object they depend on, and the property names whose
+    ``enum``/``const`` can decide a union anywhere in the expansion."""
+
+    __slots__ = ("names", "plans", "schemas")
+
+    def __init__(self, schemas: list[Schema]) -> None:
+        self.schemas = schemas  # held, so its identity (the key in _PLANS) is not reused while this lives
+        self.names = _find_discriminators(schemas)
+        self.plans: dict[object, _Plan] = {}
+
+
+# Memos keyed by the identity of a list of schemas, which each holds and compares on a hit: a list
+# built for an earlier plan is never mistaken for another. Bounded by the plans held in all.
+_PLANS: dict[int, _Memo] = {}
 _MAX_PLANS = 8192  # past it the memo starts again (keys of open maps are the instance's own)
-_SCALARS = (str, int, float, bool, type(None))
-_NESTED = (dict, list)
+_held = [0]  # plans held in all the memos
 
 
 @cache
@@ -153,20 +166,6 @@ def _root(name: str) -> list[Schema]:
     """The one list of the one ``$ref`` schema of each named definition: the memo below is keyed
     by its identity."""
     return [{"$ref": "#/$defs/" + name}]
-
-
-_DISCRIMINATORS: dict[int, tuple[list[Schema], tuple[str, ...]]] = {}
-
-
-def _discriminators(schemas: list[Schema]) -> tuple[str, ...]:
-    """The property names whose ``enum``/``const`` can decide a union anywhere in ``schemas``'
-    expansion: with the keys an object has, all of the object the expansion depends on."""
-    found = _DISCRIMINATORS.get(id(schemas))
-    if found is None or found[0] is not schemas:
-        if len(_DISCRIMINATORS) >= _MAX_PLANS:
-            _DISCRIMINATORS.clear()
-        found = _DISCRIMINATORS[id(schemas)] = (schemas, _find_discriminators(schemas))
-    return found[1]
 
 
 def _find_discriminators(schemas: list[Schema]) -> tuple[str, ...]:
@@ -202,27 +201,45 @@ def _build_plan(schemas: list[Schema], instance: Any) -> _Plan:
     return props, extra, open_map, items
 
 
+def plans_held() -> int:
+    """How many plans the memo holds now (at most ``_MAX_PLANS``)."""
+    return sum(len(memo.plans) for memo in _PLANS.values())
+
+
+def clear_plans() -> None:
+    """Forget every plan (the memo starts again, as when it is full)."""
+    _PLANS.clear()
+    _held[0] = 0
+
+
 def _plan(schemas: list[Schema], instance: dict[str, Any] | list[Any]) -> _Plan:
     """:func:`_build_plan`, memoised: an object is known by its keys (in their order) and the values
     of its discriminating properties, so chunks of one shape are expanded once (the expansion was
-    two thirds of the checker's time)."""
+    two thirds of the checker's time). An array's plan depends on the schemas alone."""
+    memo = _PLANS.get(id(schemas))
+    if memo is None or memo.schemas is not schemas:
+        memo = _PLANS[id(schemas)] = _Memo(schemas)
+    key: object = None
     if isinstance(instance, dict):
-        values: list[object] = []
-        for name in _discriminators(schemas):
-            if name in instance:
-                value = instance[name]
-                if not isinstance(value, _SCALARS):
-                    return _build_plan(schemas, instance)  # an odd value: not worth a key
-                values.append((name, type(value), value))
-        key: tuple[Any, ...] = (id(schemas), tuple(instance), tuple(values))
-    else:
-        key = (id(schemas),)
-    hit = _PLANS.get(key)
-    if hit is None or hit[0] is not schemas:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        hit = _PLANS[key] = (schemas, _build_plan(schemas, instance))
-    return hit[1]
+        key = tuple(instance)
+        if memo.names:
+            values: list[object] = []
+            for name in memo.names:
+                if name in instance:
+                    value = instance[name]
+                    if not isinstance(value, (str, int, float, bool, type(None))):
+                        return _build_plan(schemas, instance)  # an odd value: not worth a key
+                    values.append((name, type(value), value))
+            if values:
+                key = (key, tuple(values))
+    plan = memo.plans.get(key)
+    if plan is None:
+        if _held[0] >= _MAX_PLANS:
+            clear_plans()
+            memo = _PLANS[id(schemas)] = _Memo(schemas)
+        plan = memo.plans[key] = _build_plan(schemas, instance)
+        _held[0] += 1
+    return plan
 
 
 # Where a key sits, as a chain ``(parent, part)`` from the root (``None``): a path string is built
@@ -242,11 +259,11 @@ def _walk(schemas: list[Schema], instance: dict[str, Any] | list[Any], where: _W
                     out.append((where, key))
                     continue
                 sub = extra
-            if isinstance(value, _NESTED):  # a scalar has no keys to judge
+            if isinstance(value, (dict, list)):  # a scalar has no keys to judge
                 _walk(sub, value, (where, key), out)
     elif items:
         for i, value in enumerate(instance):
-            if isinstance(value, _NESTED):
+            if isinstance(value, (dict, list)):
                 _walk(items, value, (where, i), out)
 
 
@@ -263,7 +280,7 @@ def _path(base: str, where: _Where) -> str:
 def unknown_keys(schemas: list[Schema], instance: Any, path: str) -> list[tuple[str, str]]:
     """``(path, key)`` for each key in ``instance`` that no applicable schema defines, in the
     instance's order."""
-    if not isinstance(instance, _NESTED):
+    if not isinstance(instance, (dict, list)):
         return []
     out: list[tuple[_Where, str]] = []
     _walk(schemas, instance, None, out)
