@@ -227,7 +227,7 @@ def _plan(schemas: list[Schema], instance: dict[str, Any] | list[Any]) -> _Plan:
             for name in memo.names:
                 if name in instance:
                     value = instance[name]
-                    if not isinstance(value, (str, int, float, bool, type(None))):
+                    if value is not None and not isinstance(value, (str, int, float, bool)):
                         return _build_plan(schemas, instance)  # an odd value: not worth a key
                     values.append((name, type(value), value))
             if values:
