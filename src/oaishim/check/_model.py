@@ -68,6 +68,8 @@ class Exchange:
     JSON) and ``events`` (a stream, as decoded SSE events) is set. ``request`` is the JSON request body, or ``None`` when it
     is unknown, in which case request-aware rules are skipped; ``status`` is None when unknown. ``endpoint`` is inferred from the
     request and the response when not given; ``path`` (the request's URL path, when known) helps.
+    JSON values are as a parser gives them: the rules take an object for one only when it is a
+    ``dict`` (another ``Mapping`` is judged as not an object).
     """
 
     request: Mapping[str, Any] | None = None
