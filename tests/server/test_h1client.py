@@ -208,3 +208,37 @@ def test_a_body_past_the_limit_is_refused_and_a_body_cut_off_is_the_upstreams_fa
     *refused, too_large, broken = asyncio.run(scenario())
     assert refused == [None, None, None]
     assert too_large[0] == 502 and broken == (502, "upstream_disconnected")
+
+
+def test_a_request_given_up_before_its_head_leaves_no_error_when_its_connection_then_closes() -> None:
+    """The opener stops waiting for the head (its client went away, the gateway is stopping): the
+    head's future is cancelled with the waiting task. When the backend then closes the connection,
+    ``connection_lost`` must not read that future's result (a CancelledError raised in uvloop's
+    callback, printed as a traceback)."""
+
+    async def scenario() -> tuple[list[dict[str, Any]], bool]:
+        received, close = asyncio.Event(), asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass
+            received.set()
+            await close.wait()  # never answers; closes when told
+            writer.close()
+
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        async with _upstreams(serve) as (upstreams, route):
+            opening = asyncio.create_task(upstreams.open(route, "GET", "/v1/models", None, None))
+            await asyncio.wait_for(received.wait(), 5)
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await opening
+            close.set()
+            await asyncio.sleep(0.2)  # the close reaches the client: connection_lost runs
+        return errors, opening.cancelled()
+
+    errors, cancelled = asyncio.run(scenario())
+    assert cancelled
+    assert errors == []

@@ -152,8 +152,8 @@ class Connection(asyncio.Protocol):
         self.lost = True
         self._pool.forget(self)
         if not self.complete and self.error is None:
-            if self.head.done():
-                head = self.head.result()
+            head = self._head_in()
+            if head is not None:
                 if head.content_length is None and not head.chunked:
                     self.complete = True  # a body without framing ends with the connection (RFC 9112 6.3)
                 else:
@@ -172,7 +172,8 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._fail(Broken("UpgradeNotSupported", before_head=not self.head.done()))
         except httptools.HttpParserError as exc:
-            chunked = self.head.done() and self.head.result().chunked
+            head = self._head_in()
+            chunked = head is not None and head.chunked
             fault = "TransferEncodingError" if chunked else type(exc).__name__
             self._fail(Broken(fault, before_head=not self.head.done()))
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -279,6 +280,14 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _head_in(self) -> Head | None:
+        """The response's head, once it is in; None before, and when the wait for it ended
+        otherwise (timed out, or cancelled with the task that waited)."""
+        head = self.head
+        if not head.done() or head.cancelled() or head.exception() is not None:
+            return None
+        return head.result()
 
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
