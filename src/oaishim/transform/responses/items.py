@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from oaishim.wire.accumulate import json_copy
 from oaishim.wire.errors import OpenAIError
 
 __all__ = ["OutputBuilder"]
@@ -150,7 +151,7 @@ class OutputBuilder:
         if cur.key is not None:
             self._closed_calls.add(cur.key)
         self.output.append(item)
-        out.append({"type": "response.output_item.done", "output_index": cur.index, "item": _copy(item)})
+        out.append({"type": "response.output_item.done", "output_index": cur.index, "item": json_copy(item)})
         return out
 
     # -- pieces ----------------------------------------------------------------------------------
@@ -291,8 +292,3 @@ def _custom_input(arguments: str) -> str:
         text: str = value["input"]
         return text
     return arguments
-
-
-def _copy(item: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = orjson.loads(orjson.dumps(item))
-    return out
