@@ -3,7 +3,7 @@ is ``scope``, ``receive`` and ``send``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -11,8 +11,8 @@ import orjson
 from oaishim.capture.redact import scrub_bytes
 from oaishim.wire.errors import OpenAIError, bad_request
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
+Scope = dict[str, Any]
+Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]

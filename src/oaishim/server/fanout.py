@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from oaishim.server.asgi import Headers, Message, Send, send_error
@@ -46,7 +46,7 @@ async def fan_out(
     copies: int,
     *,
     first: int = 0,
-    before: tuple[Mapping[str, Any], ...] = (),
+    before: tuple[dict[str, Any], ...] = (),
 ) -> None:
     """Send ``copies`` copies of ``prepared`` (copy numbers from ``first``: their seeds) and answer
     the client with their merged answer; ``before``: plain bodies already in hand (their choices come
@@ -119,7 +119,7 @@ async def _plain(
     send: Send,
     extra: Headers,
     limit: int,
-    before: tuple[Mapping[str, Any], ...],
+    before: tuple[dict[str, Any], ...],
 ) -> None:
     try:
         raws = await asyncio.gather(*(read_all(r, limit) for r in responses))

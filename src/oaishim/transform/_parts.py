@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -30,12 +29,9 @@ _PROMPT_DETAILS = ("cached_tokens", "audio_tokens")
 _COMPLETION_DETAILS = ("reasoning_tokens", "audio_tokens", "accepted_prediction_tokens", "rejected_prediction_tokens")
 
 
-_EMPTY: Mapping[str, Any] = {}
-
-
-def mapping(value: Any) -> Mapping[str, Any]:
+def mapping(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one (backends send null, [] or junk)."""
-    return value if isinstance(value, dict) else _EMPTY
+    return value if isinstance(value, dict) else {}  # a new one: a caller may add to it
 
 
 def count(value: Any) -> int | None:
@@ -111,7 +107,7 @@ def _logprob(value: Any) -> float:
     return max(float(value), -9999.0)
 
 
-def _token_bytes(entry: Mapping[str, Any]) -> list[int] | None:
+def _token_bytes(entry: dict[str, Any]) -> list[int] | None:
     raw = entry.get("bytes")
     if isinstance(raw, list) and all(isinstance(b, int) and not isinstance(b, bool) for b in raw):
         return raw
@@ -119,7 +115,7 @@ def _token_bytes(entry: Mapping[str, Any]) -> list[int] | None:
     return list(token.encode()) if isinstance(token, str) else None
 
 
-def _alternative(entry: Mapping[str, Any]) -> dict[str, Any]:
+def _alternative(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "token": str(entry.get("token", "")),
         "logprob": _logprob(entry.get("logprob")),
@@ -129,22 +125,22 @@ def _alternative(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 def chat_logprob_entries(logprobs: Any, ctx: ResponseContext) -> list[dict[str, Any]]:
     """Upstream logprobs (chat or legacy shape) as official chat entries, trimmed to top_logprobs."""
-    if not isinstance(logprobs, Mapping):
+    if not isinstance(logprobs, dict):
         return []
     out: list[dict[str, Any]] = []
     content = logprobs.get("content")
     if content is not None:  # the chat shape (anything but an array there is read as no entries)
         for entry in sequence(content):
-            if not isinstance(entry, Mapping):
+            if not isinstance(entry, dict):
                 continue
-            alts = [_alternative(a) for a in sequence(entry.get("top_logprobs")) if isinstance(a, Mapping)]
+            alts = [_alternative(a) for a in sequence(entry.get("top_logprobs")) if isinstance(a, dict)]
             out.append({**_alternative(entry), "top_logprobs": alts[: ctx.top_logprobs]})
         return out
     tokens = sequence(logprobs.get("tokens"))
     values = sequence(logprobs.get("token_logprobs"))
     tops = sequence(logprobs.get("top_logprobs"))
     for i, token in enumerate(tokens):
-        top = tops[i] if i < len(tops) and isinstance(tops[i], Mapping) else {}
+        top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
         alts = [_alternative({"token": t, "logprob": lp}) for t, lp in top.items()]
         value = values[i] if i < len(values) else None
         out.append({**_alternative({"token": token, "logprob": value}), "top_logprobs": alts[: ctx.top_logprobs]})
@@ -153,12 +149,12 @@ def chat_logprob_entries(logprobs: Any, ctx: ResponseContext) -> list[dict[str, 
 
 def legacy_logprobs(logprobs: Any, want: int, offset: int = 0) -> dict[str, Any] | None:
     """Upstream logprobs (legacy or chat shape) in the legacy completions shape."""
-    if not isinstance(logprobs, Mapping):
+    if not isinstance(logprobs, dict):
         return None
     if "content" not in logprobs:
         tokens = [str(t) for t in sequence(logprobs.get("tokens"))]
         tops = [
-            {str(k): _logprob(v) for k, v in list(t.items())[: want + 1]} if isinstance(t, Mapping) else None
+            {str(k): _logprob(v) for k, v in list(t.items())[: want + 1]} if isinstance(t, dict) else None
             for t in sequence(logprobs.get("top_logprobs"))
         ]
         offsets = [o for o in sequence(logprobs.get("text_offset")) if count(o) is not None]
@@ -168,14 +164,14 @@ def legacy_logprobs(logprobs: Any, want: int, offset: int = 0) -> dict[str, Any]
             "top_logprobs": tops,
             "text_offset": offsets or [offset + i for i in range(len(tokens))],
         }
-    entries = [e for e in sequence(logprobs.get("content")) if isinstance(e, Mapping)]
+    entries = [e for e in sequence(logprobs.get("content")) if isinstance(e, dict)]
     result: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     position = offset
     for entry in entries:
         token = str(entry.get("token", ""))
         result["tokens"].append(token)
         result["token_logprobs"].append(_logprob(entry.get("logprob")))
-        alts = [a for a in sequence(entry.get("top_logprobs")) if isinstance(a, Mapping)][: want + 1]
+        alts = [a for a in sequence(entry.get("top_logprobs")) if isinstance(a, dict)][: want + 1]
         result["top_logprobs"].append({str(a.get("token", "")): _logprob(a.get("logprob")) for a in alts})
         result["text_offset"].append(position)
         position += len(token)
@@ -208,7 +204,7 @@ def usage(upstream: Any) -> dict[str, Any] | None:
     return out
 
 
-def reasoning_text(source: Mapping[str, Any]) -> str:
+def reasoning_text(source: dict[str, Any]) -> str:
     """Reasoning text under any of the names backends use."""
     for key in ("reasoning_content", "reasoning"):
         value = source.get(key)
@@ -231,7 +227,7 @@ def reasoning_fields(text: str, ctx: ResponseContext) -> dict[str, str]:
     return {ctx.reasoning_field: text}
 
 
-def extensions(upstream: Mapping[str, Any], official: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def extensions(upstream: dict[str, Any], official: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     """With ``--keep-extensions``, the upstream keys the official object does not have."""
     if not ctx.keep_extensions:
         return {}

@@ -22,7 +22,7 @@ Usage as the official API counts it for n > 1 (its recorded n=3 stream: 79 promp
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -45,7 +45,7 @@ from oaishim.wire.sse import EventTooLarge, SSEDecoder
 log = logging.getLogger("oaishim.relay")
 
 
-def merge_usage(usages: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+def merge_usage(usages: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
     """One usage for n copies of one prompt: the prompt counted once (the first copy's, with its
     details), the completion tokens and their details summed. None unless every copy counted."""
     read = [_parts.usage(u) for u in usages]
@@ -70,7 +70,7 @@ def merge_usage(usages: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | 
     return out
 
 
-def merge_plain(bodies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_plain(bodies: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The copies' plain bodies (each already read as an answer, not an error) as one body."""
     for body in bodies:
         if not isinstance(body.get("choices"), list):
@@ -158,7 +158,7 @@ class FanIn:
             self._bodies[copy] = []
             if is_error_body(body):  # a 200 whose one body is an error (as StreamPipe reads it)
                 self.normalizer.upstream_failed(body)
-            elif isinstance(body, Mapping):
+            elif isinstance(body, dict):
                 chunks += self._chunk(copy, plain_as_chunk(body))
         else:
             for event in decoder.flush():

@@ -19,7 +19,7 @@ dict out (or the :class:`OpenAIError` the client gets instead); the shell encode
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -36,7 +36,7 @@ from oaishim.wire.sse import EventTooLarge, SSEDecoder
 
 log = logging.getLogger("oaishim.relay")
 DEFAULT_MAX_EVENT = 16 << 20  # the gateway's default for max_upstream_event_bytes (16 MiB)
-Normalize = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
+Normalize = Callable[[dict[str, Any], ResponseContext], dict[str, Any]]
 NORMALIZERS: dict[Endpoint, Normalize] = {
     "chat": normalize.normalize_chat,
     "completions": normalize.normalize_completion,
@@ -59,7 +59,7 @@ def plain_answer(endpoint: Endpoint, status: int, raw: bytes, ctx: ResponseConte
     return normalize_body(endpoint, upstream_body(status, raw, ctx), ctx)
 
 
-def upstream_body(status: int, raw: bytes, ctx: ResponseContext) -> Mapping[str, Any]:
+def upstream_body(status: int, raw: bytes, ctx: ResponseContext) -> dict[str, Any]:
     """The backend's answer as a JSON object, or the OpenAIError the client gets instead."""
     if status >= 400:
         raise normalize_upstream_error(status, raw, context_param=ctx.context_param)
@@ -72,7 +72,7 @@ def upstream_body(status: int, raw: bytes, ctx: ResponseContext) -> Mapping[str,
     return body
 
 
-def normalize_body(endpoint: Endpoint, body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def normalize_body(endpoint: Endpoint, body: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     """The official answer for a backend's answer (an OpenAIError 502 for one it cannot read)."""
     try:
         return NORMALIZERS[endpoint](body, ctx)  # a body it cannot read raises OpenAIError 502, as does its own fault
@@ -81,15 +81,13 @@ def normalize_body(endpoint: Endpoint, body: Mapping[str, Any], ctx: ResponseCon
         raise
 
 
-def plain_as_chunk(body: Mapping[str, Any]) -> dict[str, Any]:
+def plain_as_chunk(body: dict[str, Any]) -> dict[str, Any]:
     """A plain chat or completion body as one stream chunk (for a backend that ignored stream: true).
     What is not a list of objects stays as it is, for the stream normaliser to refuse."""
     choices = body.get("choices")
     if isinstance(choices, list):
         choices = [
-            {**c, "delta": c.get("message") if isinstance(c.get("message"), Mapping) else {}}
-            if isinstance(c, Mapping)
-            else c
+            {**c, "delta": c.get("message") if isinstance(c.get("message"), dict) else {}} if isinstance(c, dict) else c
             for c in choices
         ]
     return {**body, "choices": choices, "usage": body.get("usage")}
@@ -225,7 +223,7 @@ class StreamPipe:
             self._body = []
             if is_error_body(body):  # a 200 whose one body is an error
                 normalizer.upstream_failed(body)
-            elif isinstance(body, Mapping):
+            elif isinstance(body, dict):
                 chunks += normalizer.feed("", plain_as_chunk(body))
             chunks += normalizer.feed("[DONE]")
         else:

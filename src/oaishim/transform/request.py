@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +110,7 @@ class PreparedRequest:
     fan_out: int = 1  # n > 1 on a backend that gives one choice: the copies the request goes out as
     output_format: OutputFormat | None = None  # response_format json_object/json_schema, to check the answer against
     # the offered functions' parameters, which a checked forced call's arguments must fit (ToolPlan.schemas)
-    tool_schemas: Mapping[str, Any] = field(default_factory=dict)
+    tool_schemas: dict[str, Any] = field(default_factory=dict)
 
     def __init__(
         self,
@@ -136,7 +135,7 @@ class PreparedRequest:
         parallel_tool_calls: bool = True,
         fan_out: int = 1,
         output_format: OutputFormat | None = None,
-        tool_schemas: Mapping[str, Any] | None = None,
+        tool_schemas: dict[str, Any] | None = None,
     ) -> None:
         self.body, self.endpoint, self.client_model, self.stream = body, endpoint, client_model, stream
         self.include_usage, self.dropped = include_usage, [] if dropped is None else dropped
@@ -153,7 +152,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
 
 
@@ -174,11 +173,11 @@ def _merge_developer(messages: list[Any]) -> list[Any]:
 
 
 def _rewrite_tool_call(call: Any, profile: Profile) -> Any:
-    if not isinstance(call, Mapping):
+    if not isinstance(call, dict):
         return call
     out = call
     function = call.get("function")
-    if isinstance(function, Mapping) and isinstance(function.get("arguments"), (Mapping, list)):
+    if isinstance(function, dict) and isinstance(function.get("arguments"), (dict, list)):
         # stdlib json: any JSON value the caller could hold (orjson refuses integers beyond 64 bits)
         arguments = json.dumps(function["arguments"], ensure_ascii=False, separators=(",", ":"))
         out = {**call, "function": {**function, "arguments": arguments}}
@@ -187,7 +186,7 @@ def _rewrite_tool_call(call: Any, profile: Profile) -> Any:
     return out
 
 
-def _rewrite_assistant(message: Mapping[str, Any], profile: Profile) -> Mapping[str, Any]:
+def _rewrite_assistant(message: dict[str, Any], profile: Profile) -> dict[str, Any]:
     """The message itself when nothing changes, else a rewritten copy."""
     out = dict(message)
     present = [k for k in _REASONING_KEYS if k in message]
@@ -221,7 +220,7 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) else value
 
 
-def _limit(client: Mapping[str, Any], endpoint: Endpoint) -> int | float | None:
+def _limit(client: dict[str, Any], endpoint: Endpoint) -> int | float | None:
     if endpoint == "chat":
         mct = client.get("max_completion_tokens")
         return mct if mct is not None else client.get("max_tokens")
@@ -250,13 +249,13 @@ def _set_stream_options(body: dict[str, Any], include_usage: bool, profile: Prof
     options = body.pop("stream_options", None)
     if body.get("stream") is not True:
         return
-    out = dict(options) if isinstance(options, Mapping) else {}
+    out = dict(options) if isinstance(options, dict) else {}
     if out.pop("include_obfuscation", None) is not None:
         dropped.append("stream_options.include_obfuscation")
     out.pop("include_usage", None)
     if include_usage:
         out["include_usage"] = True
-    elif profile.usage_on_empty_stream_options or (isinstance(options, Mapping) and "include_usage" in options):
+    elif profile.usage_on_empty_stream_options or (isinstance(options, dict) and "include_usage" in options):
         out["include_usage"] = False
     if out:
         body["stream_options"] = out
@@ -285,7 +284,7 @@ def prepare(
 
 def rewrite(
     endpoint: Endpoint,
-    client: Mapping[str, Any],
+    client: dict[str, Any],
     profile: Profile,
     *,
     upstream_model: str | None = None,
@@ -297,7 +296,7 @@ def rewrite(
     repairs: list[str] = []
     stream = client.get("stream") is True
     options = client.get("stream_options")
-    include_usage = stream and isinstance(options, Mapping) and options.get("include_usage") is True
+    include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
     tools_offered = bool(client.get("tools"))
     limit = _limit(client, endpoint)
 

@@ -14,7 +14,7 @@ response id, so the client gets an official error and never a bare 500.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from oaishim.transform import _parts, output_format
@@ -25,10 +25,10 @@ from oaishim.transform.repair import repair_text
 from oaishim.wire.errors import OpenAIError
 
 log = logging.getLogger("oaishim.response")
-Build = Callable[[Mapping[str, Any], ResponseContext], dict[str, Any]]
+Build = Callable[[dict[str, Any], ResponseContext], dict[str, Any]]
 
 
-def _guarded(build: Build, body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def _guarded(build: Build, body: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     try:
         return build(body, ctx)
     except OpenAIError:
@@ -40,7 +40,7 @@ def _guarded(build: Build, body: Mapping[str, Any], ctx: ResponseContext) -> dic
         ) from None
 
 
-def _objects(body: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+def _objects(body: dict[str, Any], key: str) -> list[dict[str, Any]]:
     """``body[key]``, an array of objects (absent or null: none)."""
     items = body.get(key)
     if items is None:
@@ -54,10 +54,10 @@ def _objects(body: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 
 
 def _envelope(
-    body: Mapping[str, Any],
+    body: dict[str, Any],
     ctx: ResponseContext,
     obj: str,
-    build: Callable[[int, Mapping[str, Any], ResponseContext], dict[str, Any]],
+    build: Callable[[int, dict[str, Any], ResponseContext], dict[str, Any]],
 ) -> dict[str, Any]:
     """The response object around its choices: the gateway's id, created and model; official usage."""
     choices = _objects(body, "choices")
@@ -75,11 +75,11 @@ def _envelope(
     return out
 
 
-def normalize_chat(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def normalize_chat(body: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     return _guarded(lambda b, c: _envelope(b, c, "chat.completion", _chat_choice), body, ctx)
 
 
-def _chat_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def _chat_choice(i: int, choice: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     message_in = choice.get("message")
     if message_in is not None and not isinstance(message_in, dict):
         raise _parts.unreadable(f"choices[{i}].message", message_in, "an object")
@@ -137,9 +137,9 @@ def _repaired_calls(pieces: list[Piece]) -> list[dict[str, Any]]:
     return list(calls.values())
 
 
-def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
     fn = call.get("function")
-    if fn is not None and not isinstance(fn, Mapping):
+    if fn is not None and not isinstance(fn, dict):
         raise _parts.unreadable("a tool call's function", fn, "an object")
     fn = _parts.mapping(fn)
     name = _parts.text_or_none(fn.get("name"), "a tool call's name") or ""
@@ -150,11 +150,11 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def normalize_completion(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def normalize_completion(body: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     return _guarded(lambda b, c: _envelope(b, c, "text_completion", _text_choice), body, ctx)
 
 
-def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def _text_choice(i: int, choice: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
     text = _parts.text_or_none(choice.get("text"), f"choices[{i}].text") or ""
     if text and ctx.repair is not None and ctx.repair.active:  # stops, special tokens: as the stream does
@@ -171,11 +171,11 @@ def _text_choice(i: int, choice: Mapping[str, Any], ctx: ResponseContext) -> dic
     return result
 
 
-def normalize_embeddings(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def normalize_embeddings(body: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     return _guarded(_embeddings, body, ctx)
 
 
-def _embeddings(body: Mapping[str, Any], ctx: ResponseContext) -> dict[str, Any]:
+def _embeddings(body: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
     data = _objects(body, "data")
     usage = _parts.mapping(body.get("usage"))
     prompt = _parts.count(usage.get("prompt_tokens")) or 0

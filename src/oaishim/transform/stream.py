@@ -27,7 +27,6 @@ while it waits.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -217,14 +216,14 @@ class StreamNormalizer:
         stopped, and a stream that ends without it fails."""
         self._state(upstream_index)
 
-    def _choice(self, choice: Mapping[str, Any]) -> list[Chunk]:
+    def _choice(self, choice: dict[str, Any]) -> list[Chunk]:
         state = self._state(choice["index"])
         if state.state == "finished":
             return []  # the official stream sends nothing for a choice after its finish
         out: list[Chunk] = []
         if self.ctx.chat:
             delta: object = choice.get("delta")
-            if not isinstance(delta, Mapping):
+            if not isinstance(delta, dict):
                 if delta is not None:
                     raise _parts.unreadable("a choice's delta", delta, "an object")
                 delta = _parts.mapping(delta)
@@ -342,7 +341,7 @@ class StreamNormalizer:
                 out += self._tool_call(state, ("text", piece.index), None, None, piece.text)
         return out
 
-    def _chat_delta(self, state: _Choice, delta: Mapping[str, Any], logprobs: Any) -> list[Chunk]:
+    def _chat_delta(self, state: _Choice, delta: dict[str, Any], logprobs: Any) -> list[Chunk]:
         out = self._reasoning(state, _parts.reasoning_text(delta))
         if self.ctx.logprobs:
             state.logprobs += _parts.chat_logprob_entries(logprobs, self.ctx)
@@ -368,9 +367,9 @@ class StreamNormalizer:
             if not isinstance(calls, list):
                 raise _parts.unreadable("a delta's tool_calls", calls, "an array")
             for call in calls:
-                fn: object = call.get("function") if isinstance(call, Mapping) else None
-                if not isinstance(fn, Mapping):
-                    if fn is not None or not isinstance(call, Mapping):
+                fn: object = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict):
+                    if fn is not None or not isinstance(call, dict):
                         raise _parts.unreadable("a tool-call delta", call, 'an object with a "function" object')
                     fn = _parts.mapping(fn)
                 key = _parts.count(call.get("index"))
@@ -470,7 +469,7 @@ class StreamNormalizer:
         if entry.dropped:
             entry.pending_args = ""
 
-    def _text(self, state: _Choice, choice: Mapping[str, Any]) -> list[Chunk]:
+    def _text(self, state: _Choice, choice: dict[str, Any]) -> list[Chunk]:
         text = choice.get("text")
         if not isinstance(text, str) or not text:
             if text is not None and not isinstance(text, str):

@@ -16,13 +16,12 @@ official API's choices do.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from typing import Any
 
 from oaishim.profiles._base import Profile
 
 
-def plan(body: dict[str, Any], client: Mapping[str, Any], profile: Profile, endpoint: str) -> int:
+def plan(body: dict[str, Any], client: dict[str, Any], profile: Profile, endpoint: str) -> int:
     """How many copies the request goes out as (1: as it is). For a fan-out, ``n`` is removed from
     ``body`` (each copy asks one choice; a backend that refuses ``n > 1`` must not see it)."""
     n = client.get("n")
@@ -42,7 +41,7 @@ def copy_seed(seed: int, copy: int) -> int:
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
-def copy_bodies(body: Mapping[str, Any], copies: int, first: int = 0) -> list[dict[str, Any]]:
+def copy_bodies(body: dict[str, Any], copies: int, first: int = 0) -> list[dict[str, Any]]:
     """The bodies of copies ``first`` … ``first + copies - 1``: one choice each, each with its own seed."""
     out: list[dict[str, Any]] = []
     for copy in range(first, first + copies):

@@ -14,7 +14,6 @@ Values the official API refuses never get here (``transform.validate`` answers i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +37,7 @@ class Thinking:
 THINKING_ON = Thinking()  # what a request without reasoning_effort (or with thinking on) gets
 
 
-def translate(client: Mapping[str, Any], out: dict[str, Any], profile: Profile, dropped: list[str]) -> Thinking:
+def translate(client: dict[str, Any], out: dict[str, Any], profile: Profile, dropped: list[str]) -> Thinking:
     """Rewrite ``out`` (the upstream body, a top-level copy of ``client``) for the profile."""
     effort = client.get(FIELD)
     out.pop(FIELD, None)
@@ -53,7 +52,7 @@ def translate(client: Mapping[str, Any], out: dict[str, Any], profile: Profile, 
     added: tuple[str, ...] = ()
     if switched:
         kwargs = out.get("chat_template_kwargs")
-        if kwargs is None or isinstance(kwargs, Mapping):  # anything else is the client's own affair
+        if kwargs is None or isinstance(kwargs, dict):  # anything else is the client's own affair
             merged: dict[str, Any] = dict.fromkeys(how.switch, not off)
             merged.update(kwargs or {})
             out["chat_template_kwargs"] = merged
@@ -65,13 +64,13 @@ def translate(client: Mapping[str, Any], out: dict[str, Any], profile: Profile, 
     return Thinking(off=off, closed=off and (sure or (how.native_off and sent in OFF_EFFORTS)), added=added)
 
 
-def without_switch(body: Mapping[str, Any], thinking: Thinking) -> dict[str, Any] | None:
+def without_switch(body: dict[str, Any], thinking: Thinking) -> dict[str, Any] | None:
     """``body`` without the switches the gateway added (the client's own ``chat_template_kwargs``
     stay), for a backend that refused them because its template does not read them (the profile's
     ``switch_refusal``); None when the gateway added none. The answer then still obeys thinking
     off: the response side drops any reasoning (``Thinking.off``)."""
     kwargs = body.get("chat_template_kwargs")
-    if not thinking.added or not isinstance(kwargs, Mapping):
+    if not thinking.added or not isinstance(kwargs, dict):
         return None
     rest = {k: v for k, v in kwargs.items() if k not in thinking.added}
     out = {k: v for k, v in body.items() if k != "chat_template_kwargs"}

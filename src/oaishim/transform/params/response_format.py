@@ -15,7 +15,6 @@ API refuses an invalid schema; ``$ref`` to anything outside the schema is never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,7 +35,7 @@ class OutputFormat:
 
     kind: FormatKind
     name: str = ""
-    schema: Mapping[str, Any] | None = None
+    schema: dict[str, Any] | None = None
     strict: bool = True
     policy: ViolationPolicy = "header"
     validator: Any = field(default=None, compare=False, repr=False)  # jsonschema-rs, for the schema
@@ -46,13 +45,13 @@ def _no_remote(uri: str) -> Any:
     raise ValueError(f"the gateway does not fetch {uri}")
 
 
-def local_validator(schema: Mapping[str, Any]) -> Any:
+def local_validator(schema: dict[str, Any]) -> Any:
     """A client's JSON Schema compiled (jsonschema-rs); a ``$ref`` outside it is never fetched.
     Raises ValueError for what is not a valid JSON Schema."""
     return jsonschema_rs.validator_for(dict(schema), retriever=_no_remote)
 
 
-def _compile(schema: Mapping[str, Any]) -> Any:
+def _compile(schema: dict[str, Any]) -> Any:
     try:
         return local_validator(schema)
     except ValueError as exc:  # jsonschema_rs.ValidationError: the schema is not a valid JSON Schema
@@ -71,9 +70,9 @@ def _wanted(response_format: Any, policy: ViolationPolicy) -> OutputFormat | Non
     if kind != "json_schema":
         return None
     spec = response_format.get("json_schema")
-    spec = spec if isinstance(spec, Mapping) else {}
+    spec = spec if isinstance(spec, dict) else {}
     schema = spec.get("schema")
-    schema = schema if isinstance(schema, Mapping) else {}
+    schema = schema if isinstance(schema, dict) else {}
     name = spec.get("name")
     return OutputFormat(
         "json_schema",
@@ -91,7 +90,7 @@ def translate_response_format(body: dict[str, Any], profile: Profile) -> OutputF
     wanted = _wanted(body.get("response_format"), how.violation)
     if wanted is None:
         return None
-    schema: Mapping[str, Any] = wanted.schema if wanted.schema is not None else OBJECT_SCHEMA
+    schema: dict[str, Any] = wanted.schema if wanted.schema is not None else OBJECT_SCHEMA
     if how.via == "guided_json":
         if wanted.kind == "json_schema":  # json_object stays official: those versions read it
             del body["response_format"]

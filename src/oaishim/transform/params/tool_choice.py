@@ -33,7 +33,7 @@ then check in the answer (``ToolPlan.check``). Decisions only, no I/O: the serve
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,14 +53,14 @@ class ToolPlan:
     check: str | None = None
     parallel: bool = True
     repairs: tuple[str, ...] = ()
-    schemas: Mapping[str, Any] = field(default_factory=dict)
+    schemas: dict[str, Any] = field(default_factory=dict)
 
     def __init__(
         self,
         check: str | None = None,
         parallel: bool = True,
         repairs: tuple[str, ...] = (),
-        schemas: Mapping[str, Any] | None = None,
+        schemas: dict[str, Any] | None = None,
     ) -> None:
         self.check, self.parallel, self.repairs = check, parallel, repairs
         self.schemas = {} if schemas is None else schemas
@@ -68,18 +68,18 @@ class ToolPlan:
 
 def forced_name(choice: Any) -> str | None:
     """The function a named choice forces (None for a string choice)."""
-    if isinstance(choice, Mapping):
+    if isinstance(choice, dict):
         function = choice.get("function")
-        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
             return str(function["name"])
     return None
 
 
 def _only(tools: Any, name: str) -> list[Any]:
-    return [t for t in tools if isinstance(t, Mapping) and forced_name(t) == name]
+    return [t for t in tools if isinstance(t, dict) and forced_name(t) == name]
 
 
-def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile) -> ToolPlan:
+def plan_tools(out: dict[str, Any], client: dict[str, Any], profile: Profile) -> ToolPlan:
     """Rewrite ``out`` (the upstream body, already a copy at the top level) for ``profile``."""
     support = profile.tool_choice
     parallel = client.get("parallel_tool_calls") is not False
@@ -127,7 +127,7 @@ def plan_tools(out: dict[str, Any], client: Mapping[str, Any], profile: Profile)
     schemas = {
         str(t["function"]["name"]): t["function"].get("parameters")
         for t in out.get("tools") or ()
-        if forced_name(t) is not None and isinstance(t["function"].get("parameters"), Mapping)
+        if forced_name(t) is not None and isinstance(t["function"].get("parameters"), dict)
     }
     return ToolPlan(check, parallel, tuple(repairs), schemas)
 
@@ -139,21 +139,21 @@ def satisfied(check: str | None, names: Collection[str]) -> bool:
     return bool(names) if check == "" else check in names
 
 
-def _call_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
+def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
     function = tool["function"]
     parameters = function.get("parameters")
     return {
         "type": "object",
         "properties": {
             "name": {"type": "string", "enum": [function["name"]]},
-            "arguments": parameters if isinstance(parameters, Mapping) else {"type": "object"},
+            "arguments": parameters if isinstance(parameters, dict) else {"type": "object"},
         },
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
 
 
-def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[str, Any] | None:
+def guided_body(body: dict[str, Any], choice: Any, profile: Profile) -> dict[str, Any] | None:
     """The request to resend after the backend refused ``choice`` (a forced one) or ignored it
     (``verify``), or None when the profile has no guided decoding to force it with."""
     field = profile.tool_choice.guided
@@ -161,7 +161,7 @@ def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[
     if field is None or not isinstance(tools, list):
         return None
     name = forced_name(choice)
-    offered = [t for t in tools if isinstance(t, Mapping) and forced_name(t) is not None]
+    offered = [t for t in tools if isinstance(t, dict) and forced_name(t) is not None]
     if name is not None:
         offered = _only(offered, name)
     if not offered:
@@ -178,5 +178,5 @@ def guided_body(body: Mapping[str, Any], choice: Any, profile: Profile) -> dict[
         # the grammar waits for the reasoning to end, which a model may never do (measured: the tiny
         # model opens <think> in a third of the answers); the client's own entries win
         given = body.get("chat_template_kwargs")
-        out["chat_template_kwargs"] = {**dict.fromkeys(switch, False), **(given if isinstance(given, Mapping) else {})}
+        out["chat_template_kwargs"] = {**dict.fromkeys(switch, False), **(given if isinstance(given, dict) else {})}
     return out

@@ -23,7 +23,6 @@ not define are left alone; they are the backends' extensions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from oaishim.transform.validate._cross import check_tools_offered
@@ -37,7 +36,7 @@ from oaishim.wire.errors import bad_request
 __all__ = ["MAX_DEPTH", "Endpoint", "empty_array", "invalid_type", "invalid_value", "json_type", "missing", "validate"]
 
 
-def validate(endpoint: Endpoint, body: Any) -> Mapping[str, Any]:
+def validate(endpoint: Endpoint, body: Any) -> dict[str, Any]:
     """Raise :class:`OpenAIError` (400) for what the official API refuses; return the body."""
     if not isinstance(body, dict):
         raise bad_request(f"Invalid type for request body: expected an object, but got {json_type(body)} instead.")

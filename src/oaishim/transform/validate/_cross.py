@@ -5,19 +5,18 @@ They run after the schema, so every value they read has the documented shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from oaishim.wire.errors import bad_request
 
 
-def _tool_names(body: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+def _tool_names(body: dict[str, Any]) -> dict[tuple[str, str], int]:
     """``(type, name)`` -> index of each offered tool, refusing a name offered twice."""
     names: dict[tuple[str, str], int] = {}
     for i, tool in enumerate(body.get("tools") or ()):
         kind = tool["type"]
         named = tool.get(kind)
-        if not isinstance(named, Mapping) or not isinstance(named.get("name"), str):
+        if not isinstance(named, dict) or not isinstance(named.get("name"), str):
             continue
         name = named["name"]
         # Function and custom tools share one namespace: a call names only the tool.
@@ -34,7 +33,7 @@ def _tool_names(body: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     return names
 
 
-def check_tools_offered(body: Mapping[str, Any]) -> None:
+def check_tools_offered(body: dict[str, Any]) -> None:
     """Tool names are unique, and a named ``tool_choice`` names a tool offered in ``tools``."""
     names = _tool_names(body)
     choice = body.get("tool_choice")

@@ -7,7 +7,7 @@ an integer, but got a string instead.", ``invalid_type``, ``integer_above_max_va
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from oaishim.wire.errors import OpenAIError, bad_request
@@ -38,7 +38,7 @@ def json_type(value: Any) -> str:
         return "a string"
     if isinstance(value, list):
         return "an array"
-    return "an object" if isinstance(value, Mapping) else type(value).__name__
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def one_of(phrases: list[str]) -> str:

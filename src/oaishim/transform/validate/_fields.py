@@ -7,7 +7,7 @@ catches the rest: enums, nested shapes, fields this table does not list.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -91,7 +91,7 @@ def _is(kind: Kind, value: Any) -> bool:
         return isinstance(value, (int, float))
     if kind == "string":
         return isinstance(value, str)
-    return isinstance(value, Mapping)
+    return isinstance(value, dict)
 
 
 def _out_of_range(spec: _Field, value: int | float, *, below: bool) -> OpenAIError:
@@ -108,7 +108,7 @@ def _check_field(spec: _Field, value: Any) -> None:
         raise _out_of_range(spec, value, below=False)
 
 
-def _check_content(param: str, message: Mapping[str, Any], role: str) -> None:
+def _check_content(param: str, message: dict[str, Any], role: str) -> None:
     if "content" not in message:
         if role != "assistant":  # an assistant message may carry only tool calls
             raise missing(f"{param}.content")
@@ -123,7 +123,7 @@ def _check_content(param: str, message: Mapping[str, Any], role: str) -> None:
     if not content:
         raise empty_array(f"{param}.content")
     for j, part in enumerate(content):
-        if not isinstance(part, Mapping):
+        if not isinstance(part, dict):
             raise invalid_type(f"{param}.content[{j}]", "an object", part)
         if part.get("type") is None:
             raise missing(f"{param}.content[{j}].type")
@@ -131,7 +131,7 @@ def _check_content(param: str, message: Mapping[str, Any], role: str) -> None:
             raise invalid_type(f"{param}.content[{j}].type", "a string", part["type"])
 
 
-def _check_messages(body: Mapping[str, Any]) -> None:
+def _check_messages(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if messages is None:
         raise missing("messages")
@@ -155,7 +155,7 @@ def _check_messages(body: Mapping[str, Any]) -> None:
             raise missing(f"{param}.tool_call_id")
 
 
-def _check_prompt(body: Mapping[str, Any], name: str) -> None:
+def _check_prompt(body: dict[str, Any], name: str) -> None:
     """``prompt`` / ``input``: a string, or an array of strings, token ids or token-id arrays."""
     value = body.get(name)
     if value is None:
@@ -178,7 +178,7 @@ def _check_prompt(body: Mapping[str, Any], name: str) -> None:
         raise invalid_type(name, expected, value)
 
 
-def _check_stop(body: Mapping[str, Any]) -> None:
+def _check_stop(body: dict[str, Any]) -> None:
     stop = body.get("stop")
     if stop is None or isinstance(stop, str):
         return
@@ -196,7 +196,7 @@ def _check_stop(body: Mapping[str, Any]) -> None:
             raise invalid_type(f"stop[{i}]", "a string", item)
 
 
-def _check_tools(body: Mapping[str, Any]) -> None:
+def _check_tools(body: dict[str, Any]) -> None:
     tools = body.get("tools")
     if tools is None:
         return
@@ -206,7 +206,7 @@ def _check_tools(body: Mapping[str, Any]) -> None:
         raise empty_array("tools")
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
-        if not isinstance(tool, Mapping):
+        if not isinstance(tool, dict):
             raise invalid_type(param, "an object", tool)
         if "type" not in tool:
             raise missing(f"{param}.type")
@@ -217,7 +217,7 @@ def _check_tools(body: Mapping[str, Any]) -> None:
         function = tool.get("function")
         if function is None:
             raise missing(f"{param}.function")
-        if not isinstance(function, Mapping):
+        if not isinstance(function, dict):
             raise invalid_type(f"{param}.function", "an object", function)
         name = function.get("name")
         if name is None:
@@ -226,7 +226,7 @@ def _check_tools(body: Mapping[str, Any]) -> None:
             raise invalid_type(f"{param}.function.name", "a non-empty string", name)
 
 
-def _check_tool_choice(body: Mapping[str, Any]) -> None:
+def _check_tool_choice(body: dict[str, Any]) -> None:
     choice = body.get("tool_choice")
     if choice is None:
         return
@@ -239,7 +239,7 @@ def _check_tool_choice(body: Mapping[str, Any]) -> None:
         if choice not in TOOL_CHOICES:
             raise invalid_value("tool_choice", choice, TOOL_CHOICES)
         return
-    if not isinstance(choice, Mapping):
+    if not isinstance(choice, dict):
         raise invalid_type("tool_choice", "one of a string or object", choice)
     kind = choice.get("type")
     if kind == "allowed_tools":
@@ -247,11 +247,11 @@ def _check_tool_choice(body: Mapping[str, Any]) -> None:
     if kind not in TOOL_TYPES:
         raise invalid_value("tool_choice.type", kind, (*TOOL_TYPES, "allowed_tools"))
     named = choice.get(kind)
-    if not isinstance(named, Mapping) or not isinstance(named.get("name"), str):
+    if not isinstance(named, dict) or not isinstance(named.get("name"), str):
         raise missing(f"tool_choice.{kind}.name")
 
 
-def _check_pairs(body: Mapping[str, Any]) -> None:
+def _check_pairs(body: dict[str, Any]) -> None:
     """Fields that only make sense together with another."""
     if body.get("top_logprobs") is not None and body.get("logprobs") is not True:
         raise bad_request(
@@ -270,14 +270,14 @@ def _check_pairs(body: Mapping[str, Any]) -> None:
 
 
 # What each endpoint checks, in the order the first failure is reported.
-_STEPS: dict[Endpoint, tuple[Callable[[Mapping[str, Any]], None], ...]] = {
+_STEPS: dict[Endpoint, tuple[Callable[[dict[str, Any]], None], ...]] = {
     "chat": (_check_messages, _check_stop, _check_tools, _check_tool_choice, _check_pairs),
     "completions": (lambda b: _check_prompt(b, "prompt"), _check_stop, _check_pairs),
     "embeddings": (lambda b: _check_prompt(b, "input"),),
 }
 
 
-def check_fields(endpoint: Endpoint, body: Mapping[str, Any]) -> None:
+def check_fields(endpoint: Endpoint, body: dict[str, Any]) -> None:
     """Raise :class:`OpenAIError` for the first mistake the hand-written checks find."""
     model = body.get("model")
     if model is None or model == "":
