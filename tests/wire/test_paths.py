@@ -172,3 +172,21 @@ def test_the_upstream_url_has_no_dot_segments(target: str) -> None:
 def test_a_prefix_rule_matches_at_a_segment_boundary() -> None:
     rule = parse_rule("GET /props*")
     assert [rule.matches_path(p) for p in ("/props", "/props/x", "/propsecret", "/prop")] == [True, True, False, False]
+
+
+def test_remembered_paths_are_the_computed_ones_and_bounded() -> None:
+    from oaishim.wire import paths
+
+    paths._SEEN.clear()
+    first = normalize_path(b"/v1/chat/completions")
+    assert normalize_path(b"/v1/chat/completions") == first == "/v1/chat/completions"
+    assert paths._SEEN == {b"/v1/chat/completions": "/v1/chat/completions"}
+    assert normalize_path(b"//v1//models") == "/v1/models"  # not plain: computed, never remembered
+    assert b"//v1//models" not in paths._SEEN
+    long = b"/" + b"a" * 200
+    assert normalize_path(long) == long.decode()
+    assert long not in paths._SEEN  # past 128 bytes
+    for i in range(paths._SEEN_MAX + 50):
+        assert normalize_path(b"/p%d" % i) == f"/p{i}"
+    assert len(paths._SEEN) == paths._SEEN_MAX
+    paths._SEEN.clear()
