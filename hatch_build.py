@@ -55,12 +55,13 @@ LEFT_OUT = ("wire/errors.py", "check/specgen.py")
 # message and chunk); and the record's build in the capture writer (capture.build, record,
 # timeline, index: a plain record without the checker 53 -> 38 us; capture.store's `_thread`
 # attribute is a C keyword to mypyc 2.4's output, so it stays Python); and the request's coroutines
-# (app, dispatch, relay: -31k instructions a plain request). mypyc 2.4.1 leaves an exception caught
+# (app, dispatch, relay: -31k instructions a plain request), and the seam (server.seam: its wrappers'
+# bases, which Python classes extend too, are marked ``mypyc_attr(allow_interpreted_subclasses=True)``,
+# and the recorder's compiled wrappers extend them). mypyc 2.4.1 leaves an exception caught
 # in a compiled coroutine, that came from the loop's own awaitable, as the thread's current
 # exception (as it did with upstream.py compiled alone): no compiled ``finally`` may await, or it
 # raises that exception again (bench/mypyc_bugs.py; the guard tests in
-# tests/packaging/test_compiled_core.py). seam's wrappers are subclassed by Python classes, which
-# compiled classes do not allow.
+# tests/packaging/test_compiled_core.py).
 HOT = (
     *(f"capture/{name}.py" for name in ("build", "index", "raw", "record", "redact", "timeline")),
     *(
@@ -81,6 +82,7 @@ HOT = (
             "outbox",
             "recorder",
             "relay",
+            "seam",
             "upstream",
         )
     ),

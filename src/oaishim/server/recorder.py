@@ -13,9 +13,8 @@ written later, by the store's thread (``capture.store``) or the capture process,
 never blocks.
 
 These run for every message and every streamed chunk of a captured exchange, so they live here,
-in a module ``hatch_build`` compiles; the recording wrappers therefore implement the seam's
-protocols themselves rather than extend its base wrappers (``server.seam``), which Python classes
-subclass and which therefore stay interpreted.
+in a module ``hatch_build`` compiles, as is the seam whose base wrappers the recording ones extend
+(``server.seam``: compiled bases that Python classes may extend too).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from oaishim.server.asgi import Headers, Message, Receive, Scope, Send
 from oaishim.server.config import ModelRoute
 from oaishim.server.direct import Attachable
 from oaishim.server.exchange import DirectBody, Respond
-from oaishim.server.seam import RawHeaders, SentRequest, Upstream, UpstreamResponse, read_pieces
+from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
 
 now = time.perf_counter_ns
 
@@ -236,21 +235,15 @@ class RecordingSink:
         return True
 
 
-class RecordingUpstream:
+class RecordingUpstream(UpstreamWrapper):
     """An upstream (any ``server.seam.Upstream``) whose requests, response heads and body pieces one
-    :class:`Recorder` notes as they pass. (Not on the seam's ``UpstreamWrapper``: a compiled class
-    cannot extend one that is not, and this one runs for every captured request.)"""
+    :class:`Recorder` notes as they pass."""
 
-    __slots__ = ("inner", "recorder")
+    __slots__ = ("recorder",)
 
     def __init__(self, inner: Upstream, recorder: Recorder) -> None:
-        self.inner, self.recorder = inner, recorder
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def close(self) -> None:
-        await self.inner.close()
+        super().__init__(inner)
+        self.recorder = recorder
 
     async def open(
         self,
@@ -269,43 +262,18 @@ class RecordingUpstream:
         return RecordingResponse(response, self.recorder, opened)
 
 
-class RecordingResponse:
+class RecordingResponse(ResponseWrapper):
     """An upstream response whose body pieces are noted as they are read: the seam's
     ``UpstreamResponse``, the head the inner response's."""
 
-    __slots__ = ("inner", "opened", "recorder")
+    __slots__ = ("opened", "recorder")
 
     def __init__(self, inner: UpstreamResponse, recorder: Recorder, opened: RawResponse | None = None) -> None:
-        self.inner, self.recorder, self.opened = inner, recorder, opened
-
-    @property
-    def status(self) -> int:
-        return self.inner.status
-
-    @property
-    def headers(self) -> RawHeaders:
-        return self.inner.headers
-
-    @property
-    def content_type(self) -> str:
-        return self.inner.content_type
-
-    @property
-    def content_length(self) -> int | None:
-        return self.inner.content_length
-
-    @property
-    def request(self) -> SentRequest:
-        return self.inner.request
+        super().__init__(inner)
+        self.recorder, self.opened = recorder, opened
 
     def pieces(self) -> AsyncIterator[bytes]:
         return self.recorder.pieces(self.inner.pieces(), self.opened)
-
-    async def read(self, limit: int) -> bytes | None:
-        return await read_pieces(self.pieces(), limit)  # through ``pieces``, which note each one
-
-    def close(self) -> None:
-        self.inner.close()
 
     def note(self, piece: bytes) -> None:
         """One piece read (``b""``: the body ended)."""

@@ -6,9 +6,9 @@ an :class:`UpstreamResponse` has a status, the raw headers, an async iterator of
 the body whole, ``read``) and a ``close``. Every failure of the exchange is an
 :class:`~oaishim.wire.errors.OpenAIError` (no replica reachable, a deadline passed, the connection
 broke mid-body), so nothing above the seam knows the HTTP client. Implementations: the HTTP/1.1
-client (``server.upstream.Upstreams``), the recording wrapper (``server.recorder.RecordingUpstream``,
-compiled, on the protocols alone) and the tracing one around any of them (on :class:`UpstreamWrapper`
-and :class:`ResponseWrapper`), and the tests' in-process fake.
+client (``server.upstream.Upstreams``), the wrappers around any of them (on :class:`UpstreamWrapper`
+and :class:`ResponseWrapper`: the recording one, ``server.recorder``, compiled with this module,
+and the tracing one and the forced choice's replay, in Python), and the tests' in-process fake.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from mypy_extensions import mypyc_attr
 
 from oaishim.server.config import ModelRoute
 
@@ -88,6 +90,7 @@ class Upstream(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled, and subclassed by Python classes too
 class ResponseWrapper:
     """Base of the seam's response wrappers (recording, tracing, the forced choice's replay): the
     head is the inner response's; a wrapper overrides ``pieces`` or ``close`` for what it adds."""
@@ -128,6 +131,7 @@ class ResponseWrapper:
         self.inner.close()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class UpstreamWrapper:
     """Base of the seam's upstream wrappers: ``start`` and ``close`` are the inner upstream's; a
     wrapper defines ``open``."""
