@@ -29,7 +29,6 @@ from typing import Any, cast
 import httptools
 
 from oaishim.server.outbox import HOLD_MAX, Outbox
-from oaishim.wire.headers import lower_name
 
 HIGH_WATER = 256 * 1024
 Origin = tuple[str, str, int]  # scheme, host, port
@@ -199,7 +198,7 @@ class Connection(asyncio.Protocol):
         length = content_type = None
         chunked = False
         for name, value in self._headers:
-            lower = lower_name(name)
+            lower = name.lower()
             if lower == b"content-length":
                 length = int(value) if value.strip().isdigit() else None
             elif lower == b"content-type":

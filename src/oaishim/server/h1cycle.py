@@ -27,8 +27,6 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from oaishim.wire.headers import lower_name
-
 HIGH_WATER = 64 * 1024  # request body bytes held for the app before the connection stops reading
 STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 _NO_BODY = frozenset({204, 304})
@@ -183,7 +181,7 @@ class Cycle:
         length: int | None = None
         given: list[bytes] = []  # the app's header lines, each ended by the one CR LF put here
         for name, value in headers:
-            lower = lower_name(name)
+            lower = name.lower()
             if lower == b"content-length":
                 length = int(value)  # written below, once
             elif lower == b"connection" and value.lower() == b"close":

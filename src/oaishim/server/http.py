@@ -44,7 +44,6 @@ from oaishim.server.exchange import DIRECT_BODY, ON_GONE, REQUEST_TASK, RESPOND
 from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
 from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
-from oaishim.wire.headers import lower_name
 
 log = logging.getLogger("oaishim.http")
 LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
@@ -327,7 +326,7 @@ class HttpConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self._refused:
-            self._headers.append((lower_name(name), value))
+            self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         if self._refused or self._stopped:

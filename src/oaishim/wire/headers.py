@@ -31,12 +31,6 @@ NOT_RETURNED = HOP_BY_HOP | frozenset(
     }
 )
 _RETRY = (b"retry-after", b"retry-after-ms")
-# Header names lower-cased once each: a dict lookup costs compiled code about a third of the method
-# call ``bytes.lower`` is to it (no primitive), and a gateway sees the same few dozen names. Bounded
-# (names past 64 bytes, or once the table holds 512, are lowered each time): a client sending
-# made-up names cannot grow it.
-_LOWERED: dict[bytes, bytes] = {}
-_LOWERED_MAX, _LOWERED_NAME_MAX = 512, 64
 _RATE_PREFIX = b"x-ratelimit-"
 
 
@@ -46,19 +40,9 @@ def is_hop_by_hop(name: str | bytes) -> bool:
     return raw.lower() in HOP_BY_HOP
 
 
-def lower_name(name: bytes) -> bytes:
-    """``name.lower()``, from the table of names already seen where it is there."""
-    lowered = _LOWERED.get(name)
-    if lowered is None:
-        lowered = name.lower()
-        if len(name) <= _LOWERED_NAME_MAX and len(_LOWERED) < _LOWERED_MAX:
-            _LOWERED[name] = lowered
-    return lowered
-
-
 def _pairs(headers: Iterable[tuple[bytes, bytes]]) -> Iterable[tuple[bytes, bytes]]:
     for name, value in headers:
-        yield lower_name(name), value
+        yield name.lower(), value
 
 
 def retry_headers(headers: Iterable[tuple[bytes, bytes]]) -> Headers:
