@@ -429,3 +429,28 @@ def test_the_embedded_engine_gets_its_settings(monkeypatch: pytest.MonkeyPatch) 
 def test_a_pass_through_rule_may_not_cover_the_gateways_own_paths(entry: str) -> None:
     with pytest.raises(ConfigError, match="the gateway's own"):
         build_settings(upstream="http://u:1", passthrough=[entry])
+
+
+def test_the_gateways_route_table_answers_as_settings_route() -> None:
+    """The gateway looks routes up in a table built once; it gives what ``Settings.route`` gives."""
+    from oaishim.server.app import Gateway
+    from oaishim.wire.errors import OpenAIError
+
+    a1, b, a2, anything = (
+        ModelRoute("a", ("http://127.0.0.1:9",)),
+        ModelRoute("b", ("http://127.0.0.1:9",)),
+        ModelRoute("a", ("http://127.0.0.1:8",)),
+        ModelRoute("*", ("http://127.0.0.1:7",)),
+    )
+    for models in ((a1, b, a2, anything), (a1, b, a2)):
+        settings = Settings(models=models, state="memory")
+        gateway = Gateway(settings)
+        for name in ("a", "b", "c", "*"):
+            want = settings.route(name)
+            if want is None:
+                with pytest.raises(OpenAIError) as refused:
+                    gateway.model_route({"model": name})
+                assert refused.value.status == 404
+            else:
+                assert gateway.model_route({"model": name}) is want
+    assert Gateway(Settings(models=(a1, b, a2, anything), state="memory")).model_route({"model": "a"}) is a1

@@ -96,6 +96,11 @@ class Gateway:
         ``cluster``: what this process shares with the gateway's other processes (server.cluster:
         the capture process, the workers' limits and metrics)."""
         self.settings = settings
+        # Settings.route as a table (Settings is frozen): the first route of each name, "*" for any other
+        self._routes: dict[str, ModelRoute] = {}
+        for each in settings.models:
+            self._routes.setdefault(each.name, each)
+        self._any_route = self._routes.get("*")
         self.dispatch = Dispatch(settings)  # the upstream calls (server.dispatch)
         self.cluster = cluster
         self.keys = KeyRing(settings.api_keys, settings.virtual_keys)
@@ -317,7 +322,7 @@ class Gateway:
     def model_route(self, body: Any) -> ModelRoute:
         """The route for the body's ``model``; the official 404 or 400 when there is none."""
         model = body.get("model") if isinstance(body, dict) else None
-        route = self.settings.route(model) if isinstance(model, str) else None
+        route = (self._routes.get(model) or self._any_route) if isinstance(model, str) else None
         ex = current()
         vkey = ex.vkey if ex is not None else None
         if route is not None and vkey is not None and vkey.models is not None:

@@ -14,7 +14,7 @@ and the tracing one and the forced choice's replay, in Python), and the tests' i
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from mypy_extensions import mypyc_attr
@@ -24,13 +24,17 @@ from oaishim.server.config import ModelRoute
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # its own __init__, compiled (dataclasses' is interpreted: one a request)
 class SentRequest:
     """The request as it went to the backend (for a record): the replica's URL, the headers sent."""
 
     method: str
     url: str
-    headers: list[tuple[str, str]] = field(default_factory=list)
+    headers: list[tuple[str, str]]
+
+    def __init__(self, method: str, url: str, headers: list[tuple[str, str]] | None = None) -> None:
+        self.method, self.url = method, url
+        self.headers = [] if headers is None else headers
 
 
 class UpstreamResponse(Protocol):
