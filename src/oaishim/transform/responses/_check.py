@@ -13,7 +13,6 @@ Hints that change nothing about the answer (cache keys, service tier) are accept
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from oaishim.transform.validate._errors import (
@@ -94,7 +93,7 @@ def unsupported(param: str, why: str) -> OpenAIError:
     return bad_request(f"Unsupported parameter: '{param}': {why}.", param, "unsupported_parameter")
 
 
-def _number(body: Mapping[str, Any], name: str, low: int | float, high: int | float | None, *, integer: bool) -> None:
+def _number(body: dict[str, Any], name: str, low: int | float, high: int | float | None, *, integer: bool) -> None:
     value = body.get(name)
     if value is None:
         return
@@ -111,7 +110,7 @@ def _number(body: Mapping[str, Any], name: str, low: int | float, high: int | fl
         raise out_of_range(name, value, high, below=False, integer=integer)
 
 
-def _kind(body: Mapping[str, Any], name: str, kind: type, expected: str) -> None:
+def _kind(body: dict[str, Any], name: str, kind: type, expected: str) -> None:
     value = body.get(name)
     if value is None:
         return
@@ -131,7 +130,7 @@ def _enum(value: Any, param: str, allowed: tuple[str, ...]) -> None:
 def _metadata(value: Any) -> None:
     if value is None:
         return
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         raise invalid_type("metadata", "an object", value)
     if len(value) > 16:
         raise bad_request(
@@ -161,24 +160,24 @@ def _metadata(value: Any) -> None:
 def _client_metadata(value: Any) -> None:
     if value is None:
         return
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         raise invalid_type("client_metadata", "an object", value)
     for key, item in value.items():
         if not isinstance(item, str):
             raise invalid_type(f"client_metadata.{key}", "a string", item)
 
 
-def _objects(body: Mapping[str, Any]) -> None:
+def _objects(body: dict[str, Any]) -> None:
     reasoning = body.get("reasoning")
     if reasoning is not None:
-        if not isinstance(reasoning, Mapping):
+        if not isinstance(reasoning, dict):
             raise invalid_type("reasoning", "an object", reasoning)
         _enum(reasoning.get("effort"), "reasoning.effort", EFFORTS)
         _enum(reasoning.get("summary"), "reasoning.summary", SUMMARIES)
         _enum(reasoning.get("generate_summary"), "reasoning.generate_summary", SUMMARIES)
     text = body.get("text")
     if text is not None:
-        if not isinstance(text, Mapping):
+        if not isinstance(text, dict):
             raise invalid_type("text", "an object", text)
         _enum(text.get("verbosity"), "text.verbosity", VERBOSITY)
     include = body.get("include")
@@ -189,7 +188,7 @@ def _objects(body: Mapping[str, Any]) -> None:
             _enum(entry, f"include[{i}]", INCLUDABLE)
     options = body.get("stream_options")
     if options is not None:
-        if not isinstance(options, Mapping):
+        if not isinstance(options, dict):
             raise invalid_type("stream_options", "an object", options)
         if not body.get("stream"):
             raise bad_request(
@@ -199,9 +198,9 @@ def _objects(body: Mapping[str, Any]) -> None:
             )
 
 
-def check_request(body: Any) -> Mapping[str, Any]:
+def check_request(body: Any) -> dict[str, Any]:
     """Raise :class:`OpenAIError` (400) for the first top-level fault, in the official order."""
-    if not isinstance(body, Mapping):
+    if not isinstance(body, dict):
         raise bad_request("Invalid type for request body: expected an object.", None, "invalid_type")
     for key in body:
         if key not in _KNOWN:

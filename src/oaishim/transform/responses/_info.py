@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,18 +146,18 @@ def _int(value: Any) -> int:
 
 def responses_usage(chat_usage: Any) -> dict[str, Any] | None:
     """Chat usage -> Responses usage; None when the backend counted nothing (a made-up count would lie)."""
-    if not isinstance(chat_usage, Mapping):
+    if not isinstance(chat_usage, dict):
         return None
     prompt = _int(chat_usage.get("prompt_tokens"))
     completion = _int(chat_usage.get("completion_tokens"))
     total = chat_usage.get("total_tokens")
     prompt_details = chat_usage.get("prompt_tokens_details")
     completion_details = chat_usage.get("completion_tokens_details")
-    prompt_details = prompt_details if isinstance(prompt_details, Mapping) else {}
+    prompt_details = prompt_details if isinstance(prompt_details, dict) else {}
     cached = _int(prompt_details.get("cached_tokens"))
     # the current spec requires cache writes; a chat backend that counts none wrote none to report
     written = _int(prompt_details.get("cache_write_tokens"))
-    reasoning = _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+    reasoning = _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},

@@ -12,7 +12,7 @@ Each item is also kept, with an id, as ``GET /v1/responses/{id}/input_items`` li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -42,7 +42,7 @@ _ID_PREFIX = {
 }
 
 
-def _string(item: Mapping[str, Any], key: str, param: str) -> str:
+def _string(item: dict[str, Any], key: str, param: str) -> str:
     value = item.get(key)
     if value is None:
         raise missing(f"{param}.{key}")
@@ -57,7 +57,7 @@ def _unsupported_part(param: str, why: str) -> Exception:
 
 def _part(part: Any, param: str, role: str) -> dict[str, Any]:
     """One content part as chat says it (``text``, ``image_url``, ``file``, ``input_audio``, refusal)."""
-    if not isinstance(part, Mapping):
+    if not isinstance(part, dict):
         raise invalid_type(param, "an object", part)
     kind = part.get("type")
     if kind in ("input_text", "output_text"):
@@ -84,7 +84,7 @@ def _part(part: Any, param: str, role: str) -> dict[str, Any]:
         return {"type": "file", "file": file}
     if kind == "input_audio":
         audio = part.get("input_audio")
-        if not isinstance(audio, Mapping):
+        if not isinstance(audio, dict):
             raise invalid_type(f"{param}.input_audio", "an object", audio)
         return {"type": "input_audio", "input_audio": dict(audio)}
     if kind is None:
@@ -137,7 +137,7 @@ class InputMapper:
         )
 
     def item(self, item: Any, param: str) -> None:
-        if not isinstance(item, Mapping):
+        if not isinstance(item, dict):
             raise invalid_type(param, "an object", item)
         kind = item.get("type")
         if kind is None and "role" in item:
@@ -162,7 +162,7 @@ class InputMapper:
         self.listed.append(listed)
 
     @staticmethod
-    def _listed_content(item: Mapping[str, Any]) -> Any:
+    def _listed_content(item: dict[str, Any]) -> Any:
         content = item.get("content")
         if isinstance(content, str):
             kind = "output_text" if item.get("role") == "assistant" else "input_text"
@@ -172,7 +172,7 @@ class InputMapper:
             return [part]
         return content
 
-    def _message(self, item: Mapping[str, Any], param: str) -> None:
+    def _message(self, item: dict[str, Any], param: str) -> None:
         role = item.get("role")
         if role is None:
             raise missing(f"{param}.role")
@@ -211,20 +211,20 @@ class InputMapper:
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         )
 
-    def _name(self, item: Mapping[str, Any], param: str) -> str:
+    def _name(self, item: dict[str, Any], param: str) -> str:
         namespace = item.get("namespace")
         if namespace is not None and not isinstance(namespace, str):
             raise invalid_type(f"{param}.namespace", "a string", namespace)
         return self.chat_name(namespace, _string(item, "name", param))
 
-    def _function_call(self, item: Mapping[str, Any], param: str) -> None:
+    def _function_call(self, item: dict[str, Any], param: str) -> None:
         self._call(_string(item, "call_id", param), self._name(item, param), _string(item, "arguments", param))
 
-    def _custom_tool_call(self, item: Mapping[str, Any], param: str) -> None:
+    def _custom_tool_call(self, item: dict[str, Any], param: str) -> None:
         arguments = orjson.dumps({"input": _string(item, "input", param)}).decode()
         self._call(_string(item, "call_id", param), self._name(item, param), arguments)
 
-    def _output(self, item: Mapping[str, Any], param: str) -> None:
+    def _output(self, item: dict[str, Any], param: str) -> None:
         self.end_turn()
         call_id = _string(item, "call_id", param)
         output = item.get("output")
@@ -240,18 +240,18 @@ class InputMapper:
             raise invalid_type(f"{param}.output", "one of a string or array of objects", output)
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
-    def _function_call_output(self, item: Mapping[str, Any], param: str) -> None:
+    def _function_call_output(self, item: dict[str, Any], param: str) -> None:
         self._output(item, param)
 
-    def _custom_tool_call_output(self, item: Mapping[str, Any], param: str) -> None:
+    def _custom_tool_call_output(self, item: dict[str, Any], param: str) -> None:
         self._output(item, param)
 
-    def _reasoning(self, item: Mapping[str, Any], param: str) -> None:
+    def _reasoning(self, item: dict[str, Any], param: str) -> None:
         texts: list[str] = []
         content = item.get("content")
         if isinstance(content, list):
             for j, part in enumerate(content):
-                if not isinstance(part, Mapping):
+                if not isinstance(part, dict):
                     raise invalid_type(f"{param}.content[{j}]", "an object", part)
                 if part.get("type") == "reasoning_text":
                     texts.append(_string(part, "text", f"{param}.content[{j}]"))

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +66,7 @@ def _forced_hosted(param: str, kind: str) -> Exception:
     )
 
 
-def _name(tool: Mapping[str, Any], param: str) -> str:
+def _name(tool: dict[str, Any], param: str) -> str:
     name = tool.get("name")
     if name is None:
         raise missing(f"{param}.name")
@@ -94,7 +93,7 @@ class MappedTools:
         return name
 
 
-def _member(tool: Mapping[str, Any], param: str, kind: str, name: str) -> dict[str, Any]:
+def _member(tool: dict[str, Any], param: str, kind: str, name: str) -> dict[str, Any]:
     """One function or custom tool as chat's function (checked as the official API checks it)."""
     description = tool.get("description")
     if description is not None and not isinstance(description, str):
@@ -106,7 +105,7 @@ def _member(tool: Mapping[str, Any], param: str, kind: str, name: str) -> dict[s
         function["parameters"] = _CUSTOM_PARAMETERS
         return function
     parameters = tool.get("parameters")
-    if parameters is not None and not isinstance(parameters, Mapping):
+    if parameters is not None and not isinstance(parameters, dict):
         raise invalid_type(f"{param}.parameters", "an object", parameters)
     strict = tool.get("strict")
     if strict is not None and not isinstance(strict, bool):
@@ -118,7 +117,7 @@ def _member(tool: Mapping[str, Any], param: str, kind: str, name: str) -> dict[s
     return function
 
 
-def _members(tool: Mapping[str, Any], param: str) -> list[tuple[str, Mapping[str, Any], str]]:
+def _members(tool: dict[str, Any], param: str) -> list[tuple[str, dict[str, Any], str]]:
     """A namespace's tools as (param, tool, kind); the namespace's own fields checked."""
     members = tool.get("tools")
     if members is None:
@@ -130,7 +129,7 @@ def _members(tool: Mapping[str, Any], param: str) -> list[tuple[str, Mapping[str
     out = []
     for j, member in enumerate(members):
         where = f"{param}.tools[{j}]"
-        if not isinstance(member, Mapping):
+        if not isinstance(member, dict):
             raise invalid_type(where, "an object", member)
         kind = member.get("type")
         if kind is None:
@@ -149,12 +148,12 @@ def map_tools(tools: Any) -> MappedTools:
     if not isinstance(tools, list):
         raise invalid_type("tools", "an array", tools)
     # (namespace or None, param, tool, kind) for every tool the backend will see
-    flat: list[tuple[str | None, str, Mapping[str, Any], str]] = []
+    flat: list[tuple[str | None, str, dict[str, Any], str]] = []
     hosted: list[str] = []
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
-        if not isinstance(tool, Mapping):
+        if not isinstance(tool, dict):
             raise invalid_type(param, "an object", tool)
         kind = tool.get("type")
         if kind is None:
@@ -208,7 +207,7 @@ def map_tools(tools: Any) -> MappedTools:
     return mapped
 
 
-def _named(choice: Mapping[str, Any], param: str, names: set[str]) -> str:
+def _named(choice: dict[str, Any], param: str, names: set[str]) -> str:
     name = _name(choice, param)
     if name not in names:
         raise bad_request(
@@ -229,7 +228,7 @@ def map_tool_choice(choice: Any, tools: MappedTools) -> tuple[Any, list[dict[str
         if choice == "required" and not chat_tools and tools.hosted:
             raise _forced_hosted("tool_choice", tools.hosted[0])
         return choice, chat_tools
-    if not isinstance(choice, Mapping):
+    if not isinstance(choice, dict):
         raise invalid_type("tool_choice", "one of a string or object", choice)
     kind = choice.get("type")
     if kind in ("function", "custom"):
@@ -244,7 +243,7 @@ def map_tool_choice(choice: Any, tools: MappedTools) -> tuple[Any, list[dict[str
         keep: set[str] = set()
         skipped: list[str] = []
         for i, entry in enumerate(allowed):
-            if not isinstance(entry, Mapping):
+            if not isinstance(entry, dict):
                 raise invalid_type(f"tool_choice.tools[{i}]", "an object", entry)
             if _is_hosted(entry.get("type")):
                 skipped.append(str(entry["type"]))
@@ -260,12 +259,12 @@ def map_tool_choice(choice: Any, tools: MappedTools) -> tuple[Any, list[dict[str
 
 def map_text_format(text: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """-> (chat ``response_format`` or None, ``text`` as the response echoes it)."""
-    text = text if isinstance(text, Mapping) else {}
+    text = text if isinstance(text, dict) else {}
     fmt = text.get("format")
     echo = {"format": {"type": "text"}, "verbosity": text.get("verbosity") or "medium"}
     if fmt is None:
         return None, echo
-    if not isinstance(fmt, Mapping):
+    if not isinstance(fmt, dict):
         raise invalid_type("text.format", "an object", fmt)
     kind = fmt.get("type")
     if kind == "text":
@@ -283,7 +282,7 @@ def map_text_format(text: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     schema = fmt.get("schema")
     if schema is None:
         raise missing("text.format.schema")
-    if not isinstance(schema, Mapping):
+    if not isinstance(schema, dict):
         raise invalid_type("text.format.schema", "an object", schema)
     strict = fmt.get("strict")
     if strict is not None and not isinstance(strict, bool):

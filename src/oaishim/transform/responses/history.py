@@ -11,7 +11,7 @@ request only, so a continuation without its own runs without them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from oaishim.transform.responses._info import ResponsesRequestInfo, new_id
@@ -20,7 +20,7 @@ from oaishim.transform.responses._input import InputMapper
 __all__ = ["output_messages", "turn_history"]
 
 
-def output_messages(output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def output_messages(output: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """A response's output items as chat messages (reasoning, text and tool calls in one assistant
     message, as the model produced them). The reasoning text is read from the items' content, so no
     key is needed."""
@@ -32,10 +32,10 @@ def output_messages(output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 def turn_history(
-    chat_messages: Sequence[Mapping[str, Any]],
+    chat_messages: Sequence[dict[str, Any]],
     info: ResponsesRequestInfo,
-    history: Sequence[Mapping[str, Any]],
-    response: Mapping[str, Any],
+    history: Sequence[dict[str, Any]],
+    response: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """``history`` + this turn's input (``chat_messages`` is the mapped request's ``messages``:
     instructions, then ``history``, then the input) + the response's output."""

@@ -9,7 +9,7 @@ ends before, ``limit`` is 1 to 100 (default 20). Query values may arrive as stri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from oaishim.transform.validate._errors import invalid_type, invalid_value, out_of_range
@@ -46,7 +46,7 @@ def _position(ids: list[str], value: Any, param: str) -> int | None:
 
 
 def page(
-    items: Sequence[Mapping[str, Any]],
+    items: Sequence[dict[str, Any]],
     *,
     after: Any = None,
     before: Any = None,

@@ -8,7 +8,7 @@ stream's final response cannot disagree.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from oaishim.transform.responses._info import ResponsesRequestInfo, new_id
@@ -18,18 +18,18 @@ from oaishim.wire.errors import upstream_error
 __all__ = ["chat_to_response"]
 
 
-def _as_chunk(completion: Mapping[str, Any]) -> dict[str, Any]:
+def _as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
     choices = completion.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise upstream_error("the upstream answer has no choice")
     choice = choices[0]
     message = choice.get("message")
-    if not isinstance(message, Mapping):
+    if not isinstance(message, dict):
         raise upstream_error("the upstream answer has no message")
     delta = {k: message.get(k) for k in ("reasoning_content", "reasoning", "content", "refusal")}
     calls = message.get("tool_calls")
     if isinstance(calls, list):
-        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls) if isinstance(call, Mapping)]
+        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls) if isinstance(call, dict)]
     return {
         "choices": [
             {
@@ -44,7 +44,7 @@ def _as_chunk(completion: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def chat_to_response(
-    completion: Mapping[str, Any],
+    completion: dict[str, Any],
     info: ResponsesRequestInfo,
     *,
     response_id: str | None = None,

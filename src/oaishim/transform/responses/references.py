@@ -22,13 +22,13 @@ from oaishim.wire.errors import OpenAIError, not_found
 __all__ = ["referenced_responses", "replace_references"]
 
 
-def _references(body: Mapping[str, Any]) -> list[tuple[int, str]]:
+def _references(body: dict[str, Any]) -> list[tuple[int, str]]:
     source = body.get("input")
     if not isinstance(source, list):
         return []
     out = []
     for i, item in enumerate(source):
-        if isinstance(item, Mapping) and item.get("type") == "item_reference":
+        if isinstance(item, dict) and item.get("type") == "item_reference":
             ref = item.get("id")
             if ref is None:
                 raise missing(f"input[{i}].id")
@@ -46,7 +46,7 @@ def _not_found(item_id: str) -> OpenAIError:
     )
 
 
-def referenced_responses(body: Mapping[str, Any]) -> list[str]:
+def referenced_responses(body: dict[str, Any]) -> list[str]:
     """The stored responses the request's references point into (to read before mapping it)."""
     out: list[str] = []
     for _, ref in _references(body):
@@ -58,7 +58,7 @@ def referenced_responses(body: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def replace_references(body: Mapping[str, Any], records: Mapping[str, tuple[list[Any], list[Any]] | None]) -> Any:
+def replace_references(body: dict[str, Any], records: Mapping[str, tuple[list[Any], list[Any]] | None]) -> Any:
     """``body`` with each reference replaced by its item; ``records``: response id -> (its output,
     its input items), or None where it is not found."""
     refs = _references(body)
@@ -70,7 +70,7 @@ def replace_references(body: Mapping[str, Any], records: Mapping[str, tuple[list
         record = records.get(response_id) if response_id is not None else None
         found = None
         if record is not None:
-            found = next((x for x in (*record[0], *record[1]) if isinstance(x, Mapping) and x.get("id") == ref), None)
+            found = next((x for x in (*record[0], *record[1]) if isinstance(x, dict) and x.get("id") == ref), None)
         if found is None:
             raise _not_found(ref)
         items[i] = dict(found)

@@ -21,7 +21,7 @@ response echoes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from oaishim.transform.responses._check import check_request
@@ -41,7 +41,7 @@ def responses_to_chat(
     body: Any,
     *,
     key: bytes | None = None,
-    history: Sequence[Mapping[str, Any]] = (),
+    history: Sequence[dict[str, Any]] = (),
     id_factory: Callable[[str], str] = new_id,
 ) -> tuple[dict[str, Any], ResponsesRequestInfo]:
     """Validate ``body`` as the official API does, then map it; raises :class:`OpenAIError` (400).
@@ -141,6 +141,6 @@ def _int_or_none(value: Any) -> int | None:
 def _echo_choice(choice: Any) -> Any:
     if choice is None:
         return "auto"
-    if isinstance(choice, Mapping) and choice.get("type") in ("function", "custom"):
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         return {"type": choice["type"], "name": choice["name"]}
     return choice

@@ -20,7 +20,7 @@ Only choice 0 is read: the Responses API has no ``n``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -46,16 +46,16 @@ _CUT = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _DELTA_HEAD = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
 
 
-def frame(event: Mapping[str, Any]) -> bytes:
+def frame(event: dict[str, Any]) -> bytes:
     return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def _logprobs(value: Any) -> list[dict[str, Any]]:
     """Chat ``logprobs.content`` entries as Responses logprobs (same fields, nothing else)."""
-    entries = value.get("content") if isinstance(value, Mapping) else None
+    entries = value.get("content") if isinstance(value, dict) else None
     out: list[dict[str, Any]] = []
     for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, Mapping):
+        if not isinstance(entry, dict):
             continue
         tops = entry.get("top_logprobs")
         out.append(
@@ -66,7 +66,7 @@ def _logprobs(value: Any) -> list[dict[str, Any]]:
                 "top_logprobs": [
                     {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes") or []}
                     for t in (tops if isinstance(tops, list) else [])
-                    if isinstance(t, Mapping)
+                    if isinstance(t, dict)
                 ],
             }
         )
@@ -128,7 +128,7 @@ class ResponsesStreamEncoder:
         self._started = True
         return self._emit([self._lifecycle("response.created"), self._lifecycle("response.in_progress")])
 
-    def feed(self, chunk: Mapping[str, Any]) -> list[bytes]:
+    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
         if self.ended:
             return []
         out = self.start()
@@ -155,7 +155,7 @@ class ResponsesStreamEncoder:
         self._seq += 1
         return [_DELTA_HEAD + b"%d" % seq + self._delta[1] + orjson.dumps(text) + b',"logprobs":[]}\n\n']
 
-    def _read(self, chunk: Mapping[str, Any]) -> list[Event]:
+    def _read(self, chunk: dict[str, Any]) -> list[Event]:
         if chunk.get("usage") is not None:
             self._usage = responses_usage(chunk["usage"])
         out: list[Event] = []
