@@ -163,7 +163,7 @@ class Scrubbing:
         length = False
         for k, v in given:
             if k != b"set-cookie":
-                headers.append((k, bytes(v)))
+                headers.append((k, v if type(v) is bytes else bytes(v)))  # (no copy made of bytes)
                 length = length or k == b"content-length"
         # one search per needle over all the values; each value on its own only if one is there
         values = b"\n".join([v for _, v in headers])

@@ -71,6 +71,12 @@ _FIELDS: tuple[_Field, ...] = (
     _Field("encoding_format", "string", _EMBEDDINGS),
 )
 
+# Each endpoint's fields, in _FIELDS' order (the first failure is the one reported)
+_FIELDS_OF: dict[Endpoint, tuple[_Field, ...]] = {
+    endpoint: tuple(spec for spec in _FIELDS if endpoint in spec.endpoints)
+    for endpoint in ("chat", "completions", "embeddings")
+}
+
 _EXPECTED: dict[Kind, str] = {
     "integer": "an integer",
     "number": "a number",
@@ -286,8 +292,9 @@ def check_fields(endpoint: Endpoint, body: dict[str, Any]) -> None:
         raise invalid_type("model", "a string", model)
     steps = _STEPS[endpoint]
     steps[0](body)  # the required field comes first, as in the official API's answers
-    for spec in _FIELDS:
-        if endpoint in spec.endpoints and body.get(spec.name) is not None:
-            _check_field(spec, body[spec.name])
+    for spec in _FIELDS_OF[endpoint]:
+        value = body.get(spec.name)
+        if value is not None:
+            _check_field(spec, value)
     for step in steps[1:]:
         step(body)
