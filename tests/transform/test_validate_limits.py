@@ -101,3 +101,23 @@ def test_int64_wording() -> None:
 def test_accepted_and_encodable(body: dict[str, Any]) -> None:
     assert validate("chat", body) is body
     orjson.dumps(body)
+
+
+@pytest.mark.parametrize("text", ['"a\\ud800"', '"\\udfff b"', '{"\\udc00": 1}', '["\\ud83d"]'])
+def test_orjson_refuses_a_lone_surrogate(text: str) -> None:
+    """What lets the gateway skip the surrogate search (``validate(..., from_json=True)``): a body
+    it parsed cannot hold one. A pair is still a character."""
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(text)
+    assert orjson.loads('"\\ud83d\\ude00"') == "\U0001f600"
+
+
+@pytest.mark.parametrize(("label", "body", "param", "code"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused_from_json_but_for_surrogates(label: str, body: dict[str, Any], param: str, code: str) -> None:
+    """With ``from_json`` every other limit holds; a lone surrogate (which orjson never gives) passes."""
+    if "surrogate" in label:
+        assert validate("chat", body, from_json=True) is body
+        return
+    with pytest.raises(OpenAIError) as err:
+        validate("chat", body, from_json=True)
+    assert (err.value.param, err.value.code) == (param, code)

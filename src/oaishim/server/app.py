@@ -339,7 +339,7 @@ class Gateway:
         body = parse_json(await self.read_request_body(receive))
         route = self.model_route(body)
         # Validated once, before detection, which would reach the backend for a refused request
-        client = validate(endpoint, body)
+        client = validate(endpoint, body, from_json=True)  # (parse_json is orjson's)
         profile = await self.profile_for(route)
         prepared = rewrite(endpoint, client, profile, upstream_model=route.upstream_model)
         ctx = response_context(

@@ -36,11 +36,12 @@ from oaishim.wire.errors import bad_request
 __all__ = ["MAX_DEPTH", "Endpoint", "empty_array", "invalid_type", "invalid_value", "json_type", "missing", "validate"]
 
 
-def validate(endpoint: Endpoint, body: Any) -> dict[str, Any]:
-    """Raise :class:`OpenAIError` (400) for what the official API refuses; return the body."""
+def validate(endpoint: Endpoint, body: Any, *, from_json: bool = False) -> dict[str, Any]:
+    """Raise :class:`OpenAIError` (400) for what the official API refuses; return the body.
+    ``from_json``: ``body`` is ``orjson.loads``'s (see ``check_limits``)."""
     if not isinstance(body, dict):
         raise bad_request(f"Invalid type for request body: expected an object, but got {json_type(body)} instead.")
-    check_limits(body)
+    check_limits(body, from_json=from_json)
     check_fields(endpoint, body)
     check_schema(endpoint, body)
     if endpoint == "chat":

@@ -27,18 +27,19 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _Fault = tuple[str, list[str | int], Any]  # (what, path from the body's root, the value)
 
 
-def _walk(value: Any, depth: int) -> _Fault | None:
-    """The first fault under ``value``, its path collected while the recursion unwinds."""
+def _walk(value: Any, depth: int, strings: bool) -> _Fault | None:
+    """The first fault under ``value``, its path collected while the recursion unwinds; its strings
+    (keys too) searched for lone surrogates only with ``strings``."""
     if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             return "depth", [], value
         for key, item in value.items():
             if not isinstance(key, str):
                 return "key", [], key
-            if not key.isascii() and not _utf8(key):
+            if strings and not key.isascii() and not _utf8(key):
                 return "surrogate", [key], key
             if item is not None:
-                fault = _walk(item, depth + 1)
+                fault = _walk(item, depth + 1, strings)
                 if fault is not None:
                     fault[1].insert(0, key)
                     return fault
@@ -48,13 +49,13 @@ def _walk(value: Any, depth: int) -> _Fault | None:
             return "depth", [], value
         for i, item in enumerate(value):
             if item is not None:
-                fault = _walk(item, depth + 1)
+                fault = _walk(item, depth + 1, strings)
                 if fault is not None:
                     fault[1].insert(0, i)
                     return fault
         return None
     if isinstance(value, str):
-        return None if value.isascii() or _utf8(value) else ("surrogate", [], value)
+        return None if not strings or value.isascii() or _utf8(value) else ("surrogate", [], value)
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -72,9 +73,11 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def check_limits(body: dict[str, Any]) -> None:
-    """Raise a 400 :class:`OpenAIError` for the first part of ``body`` JSON or the backend cannot take."""
-    fault = _walk(body, 0)
+def check_limits(body: dict[str, Any], *, from_json: bool = False) -> None:
+    """Raise a 400 :class:`OpenAIError` for the first part of ``body`` JSON or the backend cannot take.
+    ``from_json``: ``body`` is what ``orjson.loads`` returned, which refuses a lone surrogate, so
+    its strings are not searched for one (a method call on each key and string)."""
+    fault = _walk(body, 0, not from_json)
     if fault is None:
         return
     what, parts, value = fault
