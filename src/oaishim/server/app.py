@@ -96,11 +96,10 @@ class Gateway:
         ``cluster``: what this process shares with the gateway's other processes (server.cluster:
         the capture process, the workers' limits and metrics)."""
         self.settings = settings
-        # Settings.route as a table (Settings is frozen): the first route of each name, "*" for any other
-        self._routes: dict[str, ModelRoute] = {}
-        for each in settings.models:
-            self._routes.setdefault(each.name, each)
-        self._any_route = self._routes.get("*")
+        # Settings.route's answers, asked once per name (the settings are frozen; it runs as Python):
+        # a name not among the routes gets the answer for "*"
+        self._routes = {route.name: settings.route(route.name) for route in settings.models}
+        self._any_route = settings.route("*")
         self.dispatch = Dispatch(settings)  # the upstream calls (server.dispatch)
         self.cluster = cluster
         self.keys = KeyRing(settings.api_keys, settings.virtual_keys)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from oaishim.transform.validate._errors import (
     empty_array,
@@ -73,8 +73,7 @@ _FIELDS: tuple[_Field, ...] = (
 
 # Each endpoint's fields, in _FIELDS' order (the first failure is the one reported)
 _FIELDS_OF: dict[Endpoint, tuple[_Field, ...]] = {
-    endpoint: tuple(spec for spec in _FIELDS if endpoint in spec.endpoints)
-    for endpoint in ("chat", "completions", "embeddings")
+    endpoint: tuple(spec for spec in _FIELDS if endpoint in spec.endpoints) for endpoint in get_args(Endpoint)
 }
 
 _EXPECTED: dict[Kind, str] = {
