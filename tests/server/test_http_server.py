@@ -574,3 +574,52 @@ def test_a_whole_response_at_once_is_the_same_bytes_as_its_two_messages(request_
     assert undated["/whole"].startswith(b"HTTP/1.1 201 Created\r\n") and b"x-a: 1" in undated["/whole"]
     assert undated["/whole"].endswith(b"\r\n\r\n" if request_line.startswith("HEAD") else b'"}')
     assert app.again == [False, False]
+
+
+class Named(Echo):
+    """Echo, noting the name of the task each request runs in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            task = asyncio.current_task()
+            assert task is not None
+            self.names.append(task.get_name())
+        await super().__call__(scope, receive, send)
+
+
+def test_each_request_runs_in_a_named_task_the_server_forgets_once_it_ends() -> None:
+    """The server's set of request tasks (what a stop waits for, what tells a lone request from
+    many) is emptied as each request ends: answered, failed in the app, or left by its client."""
+    from oaishim.server.http import TASK_NAME
+
+    app = Named()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Server(app, "127.0.0.1", port, HttpLimits())
+    running = ThreadServer(server)
+    running.start()
+    try:
+        address = ("127.0.0.1", port)
+        with connect(address) as sock:
+            sock.sendall(b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert read_answer(sock)[0] == 200
+            sock.sendall(b"GET /boom HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert read_answer(sock)[0] == 500
+        with connect(address) as sock:
+            sock.sendall(CHAT + b"Content-Length: 100\r\n\r\n{")  # then leaves
+            deadline = time.monotonic() + 3
+            while len(app.names) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        deadline = time.monotonic() + 3
+        while (server.state.tasks or not app.errors) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert app.errors == ["disconnect"]
+        assert not server.state.tasks
+        assert app.names == [TASK_NAME] * 3
+    finally:
+        running.stop()

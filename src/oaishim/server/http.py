@@ -51,6 +51,7 @@ PIPELINE_MAX = 16  # requests a connection holds behind the one being answered; 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 # what the shared timer is waiting for
 _NONE, _HEAD, _BODY, _IDLE, _LINGER = range(5)
+TASK_NAME = "oaishim-request"  # every request's task (asyncio names the others Task-N)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,12 +408,16 @@ class HttpConnection(asyncio.Protocol):
     # -- answering -------------------------------------------------------------------------------
     def _begin(self, cycle: Cycle) -> None:
         self.answering = cycle
-        task = self.loop.create_task(self._run(cycle))
+        coro = self._run(cycle)
+        # the loop's task, made as its create_task makes it but named: an unnamed task's name is
+        # formatted from a counter, a fifth of its making (a task factory, if one is set, makes it)
+        loop = self.loop
+        task = loop.create_task(coro) if loop.get_task_factory() else asyncio.Task(coro, loop=loop, name=TASK_NAME)
         cycle.scope["extensions"][REQUEST_TASK] = task  # (before the task's first step)
-        self.state.tasks.add(task)
-        task.add_done_callback(self.state.tasks.discard)
+        self.state.tasks.add(task)  # taken out as _run ends, rather than by a done callback (a loop turn's callback)
 
     async def _run(self, cycle: Cycle) -> None:
+        task = cycle.scope["extensions"][REQUEST_TASK]  # this one's (asyncio.current_task runs as Python)
         try:
             await self.state.app(cycle.scope, cycle.receive, cycle.send)
         except BaseException as exc:
@@ -429,6 +434,7 @@ class HttpConnection(asyncio.Protocol):
             # the request it was answering: cycles (the request, its scope, its headers and body)
             # only the collector would free. Taken away, reference counting frees them now.
             del cycle.scope["extensions"]
+            self.state.tasks.discard(task)
             if cycle.disconnected and self.answering is cycle:
                 self.answering = None
 
