@@ -383,7 +383,8 @@ class _Turn:
             ex.trace.answered(encoder.response)  # the id the client saw (resp_…), not the chat stream's
         terminal = held.terminal
         try:
-            await self._keep(encoder.response)
+            if self.info.store:  # (a copy of the response is made only to be kept)
+                await self._keep(encoder.response)
         except StoreError as error:
             if b"response.failed" not in terminal.split(b"\n", 1)[0]:
                 terminal = _failed_instead(terminal, error.openai())
