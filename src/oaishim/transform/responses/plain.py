@@ -59,7 +59,7 @@ def chat_to_response(
     )
     encoder.feed(_as_chunk(completion))
     encoder.end()
-    response = encoder.response
+    response = encoder.result()  # the encoder and the request's info end with the request: no copy
     if response["status"] == "failed":
         error = response["error"] or {}
         raise upstream_error(str(error.get("message", "the upstream answer could not be read")))

@@ -122,8 +122,14 @@ class ResponsesStreamEncoder:
     @property
     def response(self) -> dict[str, Any]:
         """The ``Response`` as it stands (final once the stream ended), a fresh copy each time."""
-        out: dict[str, Any] = orjson.loads(orjson.dumps({**self._response, "output": self.builder.output}))
+        out: dict[str, Any] = orjson.loads(orjson.dumps(self.result()))
         return out
+
+    def result(self) -> dict[str, Any]:
+        """The ``Response`` as it stands, not copied: its parts are the encoder's and the request
+        info's (for a caller done with both, as ``chat_to_response`` is: the copy was a third of
+        a plain answer's conversion)."""
+        return {**self._response, "output": self.builder.output}
 
     # -- the interface ---------------------------------------------------------------------------
     def start(self) -> list[bytes]:
