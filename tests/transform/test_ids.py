@@ -73,3 +73,19 @@ def test_threads_never_get_the_same_bytes() -> None:
         thread.join()
     every = [b for out in made for b in out]
     assert len(set(every)) == len(every) == 20000
+
+
+def test_a_responses_item_id_is_the_response_digits_and_a_4_digit_hex_counter() -> None:
+    """Each item id of a response carries its 48 digits, then the item's number in 4 (or, past
+    0xffff, more) hex digits; any of them leads back to the response."""
+    from oaishim.transform.responses._info import item_ids, new_id, response_of_item
+
+    response_id = new_id("resp")
+    digits = response_id.removeprefix("resp_")
+    make = item_ids(response_id)
+    made = [make("msg" if n % 2 else "fc") for n in range(70_000)]
+    for n in (0, 1, 15, 16, 255, 256, 4095, 4096, 65535, 65536, 69_999):
+        assert made[n] == ("msg" if n % 2 else "fc") + "_" + digits + format(n, "04x")
+        assert response_of_item(made[n]) == (response_id if n < 65536 else None)  # (its id pattern: 4 digits)
+    assert len(set(made)) == len(made)
+    assert item_ids(response_id)("rs") == f"rs_{digits}0000"  # each factory counts from 0

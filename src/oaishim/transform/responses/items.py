@@ -21,7 +21,6 @@ Events are returned as dicts without ``sequence_number``; the stream encoder num
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -34,15 +33,20 @@ __all__ = ["OutputBuilder"]
 Event = dict[str, Any]
 
 
-@dataclass(slots=True)
 class _Open:
-    kind: str  # "reasoning" | "message" | "function_call" | "custom_tool_call"
-    item: dict[str, Any]
-    index: int
-    key: Any = None  # the chat tool-call index, for calls
-    part: str | None = None  # the open content part's type
-    texts: list[str] = field(default_factory=list)  # the open part's (or call's) text so far
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    """The item being built (a plain slotted class: compiled, ``dataclass(slots=True)`` is
+    rebuilt as an interpreted class, ten times the cost of making one)."""
+
+    __slots__ = ("index", "item", "key", "kind", "logprobs", "part", "texts")
+
+    def __init__(self, kind: str, item: dict[str, Any], index: int, key: Any = None) -> None:
+        self.kind = kind  # "reasoning" | "message" | "function_call" | "custom_tool_call"
+        self.item = item
+        self.index = index
+        self.key = key  # the chat tool-call index, for calls
+        self.part: str | None = None  # the open content part's type
+        self.texts: list[str] = []  # the open part's (or call's) text so far
+        self.logprobs: list[dict[str, Any]] = []
 
 
 def _part(kind: str, text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
