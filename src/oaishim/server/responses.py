@@ -60,6 +60,7 @@ from oaishim.transform.responses._check import check_request, unsupported
 from oaishim.transform.responses._info import IdFactory, failure_code
 from oaishim.transform.responses.history import turn_history
 from oaishim.transform.responses.request import responses_to_chat
+from oaishim.transform.responses.stream import HeldTerminal
 from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.transform.validate import validate
 from oaishim.wire.errors import OpenAIError, bad_request, not_found
@@ -95,35 +96,6 @@ def _previous_not_found(response_id: str) -> OpenAIError:
     return bad_request(
         f"Previous response with id '{response_id}' not found.", "previous_response_id", "previous_response_not_found"
     )
-
-
-class _HeldTerminal:
-    """The Responses encoder with its terminal event held back: ``terminal`` keeps it until the
-    record is stored, everything before it passes at once."""
-
-    __slots__ = ("inner", "terminal")
-
-    def __init__(self, inner: ResponsesStreamEncoder) -> None:
-        self.inner = inner
-        self.terminal = b""
-
-    def _hold(self, frames: list[bytes]) -> list[bytes]:
-        if self.inner.ended and frames and not self.terminal:
-            self.terminal = frames[-1]  # once ended the encoder says nothing more: this is the last
-            return frames[:-1]
-        return frames
-
-    def feed(self, chunk: Any) -> list[bytes]:
-        return self._hold(self.inner.feed(chunk))  # a chunk it cannot read fails the stream in there
-
-    def fail(self, error: OpenAIError) -> list[bytes]:
-        return self._hold(self.inner.fail(error))
-
-    def text_token(self, index: int, text: str) -> list[bytes]:
-        return self._hold(self.inner.text_token(index, text))
-
-    def end(self) -> list[bytes]:
-        return self._hold(self.inner.end())
 
 
 def _failed_instead(terminal: bytes, error: OpenAIError) -> bytes:
@@ -372,7 +344,7 @@ class _Turn:
         encoder = ResponsesStreamEncoder(
             self.info, response_id=self.id, created_at=self.created_at, key=self.key, id_factory=self.ids
         )
-        held = _HeldTerminal(encoder)
+        held = HeldTerminal(encoder)
         pipe = StreamPipe(ctx, sse=response.content_type == "text/event-stream", max_event=self.limit, encoder=held)
         head = relay.Head(send, extra, b"".join(encoder.start()))
         tail = await relay.pump(pipe, response, head, self.limit, self.id, ctx.model)

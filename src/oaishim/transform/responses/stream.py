@@ -36,7 +36,7 @@ from oaishim.transform.responses._seal import seal_reasoning
 from oaishim.transform.responses.items import Event, OutputBuilder
 from oaishim.wire.errors import OpenAIError, upstream_error
 
-__all__ = ["ResponsesStreamEncoder", "frame"]
+__all__ = ["HeldTerminal", "ResponsesStreamEncoder", "frame"]
 
 _CUT = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -220,6 +220,36 @@ class ResponsesStreamEncoder:
         self._response["usage"] = self._usage
         events.append(self._lifecycle("response.failed"))
         return out + self._emit(events)
+
+
+class HeldTerminal:
+    """The Responses encoder with its terminal event held back: ``terminal`` keeps it until the
+    record is stored (``server.responses``), everything before it passes at once. Here, compiled
+    with the encoder, since each streamed token goes through it."""
+
+    __slots__ = ("inner", "terminal")
+
+    def __init__(self, inner: ResponsesStreamEncoder) -> None:
+        self.inner = inner
+        self.terminal = b""
+
+    def _hold(self, frames: list[bytes]) -> list[bytes]:
+        if self.inner.ended and frames and not self.terminal:
+            self.terminal = frames[-1]  # once ended the encoder says nothing more: this is the last
+            return frames[:-1]
+        return frames
+
+    def feed(self, chunk: Any) -> list[bytes]:
+        return self._hold(self.inner.feed(chunk))  # a chunk it cannot read fails the stream in there
+
+    def fail(self, error: OpenAIError) -> list[bytes]:
+        return self._hold(self.inner.fail(error))
+
+    def text_token(self, index: int, text: str) -> list[bytes]:
+        return self._hold(self.inner.text_token(index, text))
+
+    def end(self) -> list[bytes]:
+        return self._hold(self.inner.end())
 
 
 def _text(value: Any) -> str:
