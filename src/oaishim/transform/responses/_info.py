@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.transform.ids import random_hex
@@ -75,41 +74,81 @@ def response_of_item(item_id: str) -> str | None:
     return None if match is None else f"resp_{match.group(1)}"
 
 
-@dataclass(slots=True)
 class ResponsesRequestInfo:
     """The request's settings as the response echoes them (defaults already filled in), plus what the
-    generator needs: which tools are custom, whether logprobs and encrypted reasoning were asked."""
+    generator needs: which tools are custom, whether logprobs and encrypted reasoning were asked.
+    (A plain slotted class: ``dataclass(slots=True)`` is rebuilt as an interpreted class, whose
+    making was 14k instructions a Responses request.)"""
 
-    model: str
-    instructions: str | None = None
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: Any = "auto"
-    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}, "verbosity": "medium"})
-    reasoning: dict[str, Any] = field(default_factory=lambda: {"effort": None, "summary": None})
-    temperature: int | float = 1.0
-    top_p: int | float = 1.0
-    top_logprobs: int = 0
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
-    parallel_tool_calls: bool = True
-    previous_response_id: str | None = None
-    store: bool = True
-    stream: bool = False
-    background: bool = False
-    truncation: str = "disabled"
-    metadata: dict[str, str] = field(default_factory=dict)
-    user: str | None = None
-    safety_identifier: str | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    service_tier: str = "default"
-    include: list[str] = field(default_factory=list)
-    # the request's input as ``GET /v1/responses/{id}/input_items`` lists it (ids assigned)
-    input_items: list[dict[str, Any]] = field(default_factory=list)
-    # names of ``custom`` tools: the backend sees them as functions, the client gets custom calls back
-    custom_tools: frozenset[str] = frozenset()
-    # chat names of the members of ``namespace`` tools -> (namespace, name) their calls are given back with
-    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    __slots__ = (
+        "background", "custom_tools", "include", "input_items", "instructions", "max_output_tokens",
+        "max_tool_calls", "metadata", "model", "namespaced", "parallel_tool_calls", "previous_response_id",
+        "prompt_cache_key", "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier",
+        "store", "stream", "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p",
+        "truncation", "user",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        instructions: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = "auto",
+        text: dict[str, Any] | None = None,
+        reasoning: dict[str, Any] | None = None,
+        temperature: int | float = 1.0,
+        top_p: int | float = 1.0,
+        top_logprobs: int = 0,
+        max_output_tokens: int | None = None,
+        max_tool_calls: int | None = None,
+        parallel_tool_calls: bool = True,
+        previous_response_id: str | None = None,
+        store: bool = True,
+        stream: bool = False,
+        background: bool = False,
+        truncation: str = "disabled",
+        metadata: dict[str, str] | None = None,
+        user: str | None = None,
+        safety_identifier: str | None = None,
+        prompt_cache_key: str | None = None,
+        prompt_cache_retention: str | None = None,
+        service_tier: str = "default",
+        include: list[str] | None = None,
+        input_items: list[dict[str, Any]] | None = None,
+        custom_tools: frozenset[str] = frozenset(),
+        namespaced: dict[str, tuple[str, str]] | None = None,
+    ) -> None:
+        self.model = model
+        self.instructions = instructions
+        self.tools: list[dict[str, Any]] = [] if tools is None else tools
+        self.tool_choice = tool_choice
+        self.text: dict[str, Any] = {"format": {"type": "text"}, "verbosity": "medium"} if text is None else text
+        self.reasoning: dict[str, Any] = {"effort": None, "summary": None} if reasoning is None else reasoning
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_logprobs = top_logprobs
+        self.max_output_tokens = max_output_tokens
+        self.max_tool_calls = max_tool_calls
+        self.parallel_tool_calls = parallel_tool_calls
+        self.previous_response_id = previous_response_id
+        self.store = store
+        self.stream = stream
+        self.background = background
+        self.truncation = truncation
+        self.metadata: dict[str, str] = {} if metadata is None else metadata
+        self.user = user
+        self.safety_identifier = safety_identifier
+        self.prompt_cache_key = prompt_cache_key
+        self.prompt_cache_retention = prompt_cache_retention
+        self.service_tier = service_tier
+        self.include: list[str] = [] if include is None else include
+        # the request's input as ``GET /v1/responses/{id}/input_items`` lists it (ids assigned)
+        self.input_items: list[dict[str, Any]] = [] if input_items is None else input_items
+        # names of ``custom`` tools: the backend sees them as functions, the client gets custom calls back
+        self.custom_tools = custom_tools
+        # chat names of the members of ``namespace`` tools -> (namespace, name) their calls are given back with
+        self.namespaced: dict[str, tuple[str, str]] = {} if namespaced is None else namespaced
 
     @property
     def logprobs(self) -> bool:
