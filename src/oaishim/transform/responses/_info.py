@@ -77,8 +77,8 @@ def response_of_item(item_id: str) -> str | None:
 class ResponsesRequestInfo:
     """The request's settings as the response echoes them (defaults already filled in), plus what the
     generator needs: which tools are custom, whether logprobs and encrypted reasoning were asked.
-    (A plain slotted class: ``dataclass(slots=True)`` is rebuilt as an interpreted class, whose
-    making was 14k instructions a Responses request.)"""
+    (A plain class with its own ``__init__``: the one a dataclass is given is generated Python,
+    compiled or not, and making it was 14k instructions a Responses request.)"""
 
     __slots__ = (
         "background", "custom_tools", "include", "input_items", "instructions", "max_output_tokens",

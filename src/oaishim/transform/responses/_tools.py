@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from oaishim.transform.validate._errors import empty_array, invalid_type, invalid_value, missing
@@ -75,13 +74,17 @@ def _name(tool: dict[str, Any], param: str) -> str:
     return name
 
 
-@dataclass(slots=True)
 class MappedTools:
-    chat: list[dict[str, Any]] = field(default_factory=list)  # the chat tools sent upstream
-    echo: list[dict[str, Any]] = field(default_factory=list)  # the tools as the response echoes them
-    custom: frozenset[str] = frozenset()  # chat names of custom tools
-    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)  # chat name -> (namespace, name)
-    hosted: tuple[str, ...] = ()  # the hosted tool types accepted but not offered upstream
+    """(A plain class: a dataclass's generated ``__init__`` is Python, compiled or not.)"""
+
+    __slots__ = ("chat", "custom", "echo", "hosted", "namespaced")
+
+    def __init__(self) -> None:
+        self.chat: list[dict[str, Any]] = []  # the chat tools sent upstream
+        self.echo: list[dict[str, Any]] = []  # the tools as the response echoes them
+        self.custom: frozenset[str] = frozenset()  # chat names of custom tools
+        self.namespaced: dict[str, tuple[str, str]] = {}  # chat name -> (namespace, name)
+        self.hosted: tuple[str, ...] = ()  # the hosted tool types accepted but not offered upstream
 
     def chat_name(self, namespace: str | None, name: str) -> str:
         """The upstream name of a call the client sends back (``namespace`` from its item)."""

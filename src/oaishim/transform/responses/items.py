@@ -34,8 +34,8 @@ Event = dict[str, Any]
 
 
 class _Open:
-    """The item being built (a plain slotted class: compiled, ``dataclass(slots=True)`` is
-    rebuilt as an interpreted class, ten times the cost of making one)."""
+    """The item being built (a plain class with its own ``__init__``: the one a dataclass is
+    given is generated Python, compiled or not, ten times the cost of making one)."""
 
     __slots__ = ("index", "item", "key", "kind", "logprobs", "part", "texts")
 
