@@ -82,6 +82,7 @@ HOT = (
             "outbox",
             "recorder",
             "relay",
+            "responses",
             "seam",
             "upstream",
         )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -222,8 +221,9 @@ class ResponsesAPI:
             profile.tool_choice.grammar_done,
             gateway.secret_texts,
         )
-        # The encoder reads reasoning from reasoning_content whatever the chat setting says.
-        ctx = replace(ctx, reasoning_field="reasoning_content", keep_extensions=False, context_param="input")
+        # The encoder reads reasoning from reasoning_content whatever the chat setting says (set on
+        # this request's own context: dataclasses.replace copied it field by field, as Python)
+        ctx.reasoning_field, ctx.keep_extensions, ctx.context_param = "reasoning_content", False, "input"
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         note(route.name, profile.name, prepared)
         if isinstance(upstream, RecordingUpstream):
@@ -323,8 +323,8 @@ class _Turn:
             return
         try:
             await self._keep(body)
-        except StoreError as error:
-            await send_error(send, error.openai(), extra)
+        except StoreError as refused:  # (not ``error``: compiled, one name has one type in a function)
+            await send_error(send, refused.openai(), extra)
             return
         ex = current()
         if ex is not None:
