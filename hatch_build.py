@@ -55,7 +55,8 @@ LEFT_OUT = ("wire/errors.py", "check/specgen.py")
 # message and chunk); and the record's build in the capture writer (capture.build, record,
 # timeline, index: a plain record without the checker 53 -> 38 us; capture.store's `_thread`
 # attribute is a C keyword to mypyc 2.4's output, so it stays Python); and the request's coroutines
-# (app, dispatch, relay: -31k instructions a plain request), and the seam (server.seam: its wrappers'
+# (app, dispatch, relay: -31k instructions a plain request), the Responses endpoints (server.responses:
+# -74k a plain Responses request), and the seam (server.seam: its wrappers'
 # bases, which Python classes extend too, are marked ``mypyc_attr(allow_interpreted_subclasses=True)``,
 # and the recorder's compiled wrappers extend them). mypyc 2.4.1 leaves an exception caught
 # in a compiled coroutine, that came from the loop's own awaitable, as the thread's current
