@@ -623,3 +623,15 @@ def test_each_request_runs_in_a_named_task_the_server_forgets_once_it_ends() -> 
         assert app.names == [TASK_NAME] * 3
     finally:
         running.stop()
+
+
+def test_a_chunk_is_its_size_in_hex_its_bytes_and_a_line_end_at_every_size() -> None:
+    """The chunk framing (RFC 9112 7.1) on both sides of the table of size lines."""
+    from oaishim.server.h1cycle import _chunk
+
+    for size in (*range(1, 40), 255, 256, 1022, 1023, 1024, 1025, 4096, 70_000):
+        data = bytes(65 + i % 26 for i in range(size))
+        framed = _chunk(data)
+        head, _, rest = framed.partition(b"\r\n")
+        assert int(head, 16) == size and head == head.lower() and not head.startswith(b"0")
+        assert rest == data + b"\r\n"
