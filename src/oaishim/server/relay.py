@@ -24,6 +24,7 @@ import orjson
 from oaishim.server import direct
 from oaishim.server.asgi import Headers, Receive, Send, send_bytes, send_error
 from oaishim.server.config import Settings
+from oaishim.server.exchange import Exchange
 from oaishim.server.exchange import current as current_exchange
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
@@ -95,8 +96,13 @@ async def send_answer(
         return
     if ex is not None:
         ex.answered(ctx, out, time.perf_counter() - began)
-    body = orjson.dumps(out)
-    if ex is not None and ex.answer(send, 200, body, b"application/json", extra):  # head and body at once
+    await send_whole(ex, send, orjson.dumps(out), extra)
+
+
+async def send_whole(ex: Exchange | None, send: Send, body: bytes, extra: Headers) -> None:
+    """A plain 200 JSON answer (a chat one, a Responses one): head and body at once through the
+    exchange's ``answer`` (the server's respond, masking included), else through ``send``."""
+    if ex is not None and ex.answer(send, 200, body, b"application/json", extra):
         return
     await send_bytes(send, 200, body, b"application/json", extra)
 

@@ -31,17 +31,7 @@ import orjson
 
 from oaishim.profiles._base import Profile
 from oaishim.server import relay
-from oaishim.server.asgi import (
-    Headers,
-    Receive,
-    Scope,
-    Send,
-    header,
-    parse_json,
-    send_bytes,
-    send_error,
-    send_json,
-)
+from oaishim.server.asgi import Headers, Receive, Scope, Send, header, parse_json, send_error, send_json
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.dispatch import Dispatch
@@ -339,9 +329,7 @@ class _Turn:
         ex = current()
         if ex is not None:
             ex.answered(ctx, body, time.perf_counter() - began)
-        data = orjson.dumps(body)  # sent with what it violated (Exchange.answered); head and body at once
-        if ex is None or not ex.answer(send, 200, data, b"application/json", extra):  # as a chat answer goes
-            await send_bytes(send, 200, data, b"application/json", extra)
+        await relay.send_whole(ex, send, orjson.dumps(body), extra)  # with what it violated (Exchange.answered)
 
     async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
         if response.status >= 400:
