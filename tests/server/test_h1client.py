@@ -11,6 +11,7 @@ from typing import Any
 
 from oaishim.server import relay
 from oaishim.server.config import ModelRoute, Settings
+from oaishim.server.h1client import Origin, Pool
 from oaishim.server.upstream import Upstreams
 from oaishim.wire.errors import OpenAIError
 
@@ -242,3 +243,110 @@ def test_a_request_given_up_before_its_head_leaves_no_error_when_its_connection_
     errors, cancelled = asyncio.run(scenario())
     assert cancelled
     assert errors == []
+
+
+MIXED = [  # (path, the answer written, the status and body the client must read)
+    ("/interim", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", 200, b"ok"),
+    ("/empty", b"HTTP/1.1 204 No Content\r\n\r\n", 204, b""),
+    ("/chunked", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 200, b"abc"),
+    ("/sized", b"HTTP/1.1 201 Created\r\ncontent-length: 4\r\n\r\nwxyz", 201, b"wxyz"),
+    ("/error", b"HTTP/1.1 500 Oops\r\ncontent-length: 1\r\n\r\n!", 500, b"!"),
+]
+
+
+def test_one_connections_answers_of_every_framing_are_read_in_turn_by_its_one_parser() -> None:
+    """A kept-alive connection keeps its parser from answer to answer (llhttp starts the next
+    message after one that completed): an interim head, a bodiless answer, chunked and sized
+    bodies, an error status, each read as its own, all on one connection."""
+    answers = {path.encode(): answer for path, answer, _, _ in MIXED}
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        CONNECTIONS.append(writer)
+        try:
+            while line := await reader.readline():
+                while (await reader.readline()) not in (b"\r\n", b""):
+                    pass
+                writer.write(answers[line.split()[1]])
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        got = []
+        CONNECTIONS.clear()
+        async with _upstreams(serve, idle_timeout=2.0) as (upstreams, route):
+            for _ in range(2):
+                for path, _, _, _ in MIXED:
+                    response = await upstreams.open(route, "GET", path, None, None)
+                    got.append((response.status, await asyncio.wait_for(relay.read_all(response), 5)))
+                    response.close()
+        return got
+
+    assert asyncio.run(scenario()) == [(status, body) for _, _, status, body in MIXED] * 2
+    assert len(CONNECTIONS) == 1
+
+
+def test_a_kept_alive_connections_head_timer_is_moved_for_each_head_and_fails_only_a_late_one() -> None:
+    """``head_within``'s timer outlives a head that came in time: the next head on the connection
+    moves it earlier when its own wait is shorter, a timer that fires before the awaited head's
+    time waits on for it, and one that fires while the connection idles in the pool fails nothing."""
+    delays = {b"/fast": 0.0, b"/slow": 0.5, b"/never": 30.0}
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                while (await reader.readline()) not in (b"\r\n", b""):
+                    pass
+                await asyncio.sleep(delays[line.split()[1]])
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def ask(pool: Pool, origin: Origin, path: str, wait: float) -> tuple[float, object]:
+        conn = pool.take(origin)
+        assert conn is not None  # the one connection, back in the pool each time
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        conn.request(b"GET %s HTTP/1.1\r\nhost: x\r\n\r\n" % path.encode(), None)
+        try:
+            head = await conn.head_within(wait)
+        except TimeoutError:
+            conn.done()
+            return loop.time() - started, "late"
+        body = b""
+        with contextlib.suppress(StopAsyncIteration):
+            while True:
+                body += await conn.next_piece()
+        conn.done()
+        return loop.time() - started, (head.status, body)
+
+    async def scenario() -> list[tuple[float, object]]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        origin: Origin = ("http", "127.0.0.1", server.sockets[0].getsockname()[1])
+        pool = Pool(60.0)
+        try:
+            conn = await pool.connect(origin)
+            conn.request(b"GET /fast HTTP/1.1\r\nhost: x\r\n\r\n", None)
+            await conn.head
+            with contextlib.suppress(StopAsyncIteration):
+                while True:
+                    await conn.next_piece()
+            conn.done()
+            got = [await ask(pool, origin, "/fast", 0.2)]  # the timer, due in 0.2 s, left running
+            await asyncio.sleep(0.4)  # it fires while the connection idles: nothing to fail
+            got.append(await ask(pool, origin, "/fast", 0.3))
+            got.append(await ask(pool, origin, "/slow", 2.0))  # fires at 0.3 s, before this head's time: waits on
+            got.append(await ask(pool, origin, "/fast", 20.0))  # a timer 20 s away…
+            got.append(await ask(pool, origin, "/never", 0.3))  # …moved to 0.3 s for this head
+            return got
+        finally:
+            pool.close()
+            server.close()
+
+    got = asyncio.run(scenario())
+    assert [outcome for _, outcome in got] == [(200, b"ok")] * 4 + ["late"]
+    assert 0.45 < got[2][0] < 1.5  # the slow head, taken when it came
+    assert 0.25 < got[4][0] < 1.5  # the late head, failed at its own wait, not the earlier timer's

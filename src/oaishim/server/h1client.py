@@ -31,6 +31,7 @@ import httptools
 from oaishim.server.outbox import HOLD_MAX, Outbox
 
 HIGH_WATER = 256 * 1024
+TIMER_SLACK = 0.005  # seconds a timer that fires before its time may be early and still count as on time
 Origin = tuple[str, str, int]  # scheme, host, port
 
 
@@ -86,7 +87,9 @@ class Connection(asyncio.Protocol):
         "_counted",
         "_deadline_timer",
         "_detached",
+        "_head_due",
         "_head_timer",
+        "_head_timer_at",
         "_headers",
         "_idle_timer",
         "_last",
@@ -121,11 +124,17 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._out = b""  # a request held to the end of the loop's turn (server.outbox)
         self._counted = False  # its request is among the pool's in_flight
+        # one parser for the connection's answers: llhttp starts the next message after one that
+        # completes on a kept-alive connection (the only kind reused), as a new parser would
+        self.parser = httptools.HttpResponseParser(self)
+        # head_within()'s timer, one for the connection's life, moved lazily: it is left running
+        # when a head comes in time, and on firing it looks at the head awaited then (_head_due)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_timer_at = 0.0  # when it fires
         self._reset()
 
     def _reset(self) -> None:
         self.translate: Callable[[BaseException], BaseException] = _same  # set by the response using it
-        self.parser = httptools.HttpResponseParser(self)
         self.head: asyncio.Future[Head] = self._loop.create_future()
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: deque[bytes] = deque()
@@ -141,7 +150,7 @@ class Connection(asyncio.Protocol):
         self.idle: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._head_timer: asyncio.TimerHandle | None = None  # head_within()'s
+        self._head_due = 0.0  # loop time by which this answer's head must be in (0: no limit, or none awaited)
         self._last = self._waiting_since = 0.0
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
@@ -151,6 +160,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._pool.forget(self)
+        self._stop_head_timer()
         if not self.complete and self.error is None:
             head = self._head_in()
             if head is not None:
@@ -207,9 +217,6 @@ class Connection(asyncio.Protocol):
                 chunked = value.lower().find(b"chunked") != -1
         if not self.head.done():
             self.head.set_result(Head(status, self._headers, _media_type(content_type), length, chunked))
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
             if self.no_body:
                 # httptools cannot be told that a HEAD's answer has no body: it is complete now, and
                 # the connection is not reused (the parser would read the next answer as this body)
@@ -261,14 +268,33 @@ class Connection(asyncio.Protocol):
         future: cheaper than ``asyncio.timeout``, which cancels and uncancels the waiting task).
         The opener then calls ``done()``, which closes the connection."""
         if not self.head.done():
-            self._head_timer = self._loop.call_later(seconds, self._head_late)
+            due = self._head_due = self._loop.time() + seconds
+            if self._head_timer is None or self._head_timer_at > due:  # none, or one too late for this head
+                self._arm_head(due)
         return self.head
 
+    def _arm_head(self, at: float) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer, self._head_timer_at = self._loop.call_at(at, self._head_late), at
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
     def _head_late(self) -> None:
+        """The head timer fired: the head awaited now fails if its time is up, or the timer waits
+        for its time; with none awaited (it came in time, the connection idles), the timer stops."""
         self._head_timer = None
-        if not self.head.done():
-            self.head.set_exception(TimeoutError())
-            self.head.exception()  # retrieved: the opener may have stopped waiting
+        due = self._head_due
+        if due == 0.0 or self.head.done() or self.lost:
+            return
+        if self._loop.time() < due - TIMER_SLACK:  # (a timer may fire a little early, as asyncio's do)
+            self._arm_head(due)
+            return
+        self.head.set_exception(TimeoutError())
+        self.head.exception()  # retrieved: the opener may have stopped waiting
 
     def detach(self) -> None:
         """The sink needs nothing more: the waiting reader's body ends (StopAsyncIteration)."""
@@ -404,15 +430,16 @@ class Connection(asyncio.Protocol):
         if self._counted:
             self._counted = False
             self._pool.in_flight -= 1
-        for timer in (self._idle_timer, self._deadline_timer, self._head_timer):
+        for timer in (self._idle_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
-        self._idle_timer = self._deadline_timer = self._head_timer = None
+        self._idle_timer = self._deadline_timer = None
         if self.complete and self.keep_alive and self.error is None and not self.lost:
-            self._reset()
+            self._reset()  # (the head timer left as it is: it stops by itself, or serves the next head)
             self._pool.release(self)
         else:
             self.lost = True
+            self._stop_head_timer()
             # The parser and the response (by ``translate``) point back at this connection: cycles
             # only the collector would free, where nothing is parsed or translated any more.
             self.parser, self.translate = _GONE, _same
