@@ -19,9 +19,12 @@ Headers = list[tuple[bytes, bytes]]
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
+    """The first value of header ``name`` (lower case), or None. Typed, the loop is compiled to
+    index the list and compare bytes (as ``Any`` it iterated each pair and compared generically)."""
+    headers: Headers = scope["headers"]
+    for key, value in headers:
         if key == name:
-            return bytes(value)
+            return value
     return None
 
 
