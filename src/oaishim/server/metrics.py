@@ -62,6 +62,9 @@ class _Series:
         self.sum += value
 
 
+_CLASSES = ("none", *(f"{n}xx" for n in range(1, 10)))  # a status's class, by its first digit (no formatting a request)
+
+
 class _Histogram(Collector):
     """A labelled histogram whose ``observe`` is a bisect and two additions (a request observes a
     handful; prometheus_client's takes a lock per bucket and series)."""
@@ -225,7 +228,7 @@ class Metrics:
 
     def observe(self, ex: Exchange, ended: float) -> None:
         """One finished request."""
-        status = f"{ex.status // 100}xx" if ex.status else "none"
+        status = _CLASSES[ex.status // 100] if 0 < ex.status < 1000 else "none"
         self.requests.inc((ex.endpoint, status))
         if ex.key_label is not None:
             self.key_requests.labels(ex.key_label, status).inc()
