@@ -27,6 +27,18 @@ _PATH_SAFE = (
 )
 
 
+def _enabled(level: int) -> bool:
+    """``log.isEnabledFor(level)``, read from the logger's own cache when it holds the answer
+    (``isEnabledFor`` is interpreted Python, a thousand instructions a request). The cache is the
+    logging module's, emptied by every change of level or of ``logging.disable``, so a level set
+    later counts at once; without it (another logging), the method answers."""
+    if log.disabled:
+        return False
+    cache: dict[int, bool] | None = getattr(log, "_cache", None)
+    known = cache.get(level) if cache is not None else None
+    return log.isEnabledFor(level) if known is None else known
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -44,7 +56,7 @@ class AccessLog:
         return {
             "time": _stamp(ex.wall),
             "request_id": ex.request_id,
-            "client": ex.client,
+            "client": ex.client(),
             "method": ex.method,
             "path": ex.path,
             "model": ex.model,
@@ -63,7 +75,7 @@ class AccessLog:
         if self.form == "off":
             return
         level = logging.DEBUG if ex.path == "/metrics" else logging.INFO
-        if not log.isEnabledFor(level):
+        if not _enabled(level):
             return
         fields = self.fields(ex, ended)
         if self.form == "json":

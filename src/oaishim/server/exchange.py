@@ -76,13 +76,16 @@ def new_request_id() -> str:
     return "req_" + random_hex(16)  # OpenAI's shape: req_ and 32 hex digits
 
 
-def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
+def request_id_from(headers: Headers) -> str:
     """The client's ``x-request-id`` (else ``x-client-request-id``) when sane, else a new one."""
-    given: dict[bytes, bytes] = {}
-    for key, value in headers:
-        if key in (b"x-request-id", b"x-client-request-id") and key not in given:
-            given[key] = bytes(value)
-    return _sane(given.get(b"x-request-id")) or _sane(given.get(b"x-client-request-id")) or new_request_id()
+    given: bytes | None = None
+    client: bytes | None = None
+    for key, value in headers:  # (typed: compiled to index the list and compare bytes)
+        if key == b"x-request-id":
+            given = value if given is None else given
+        elif key == b"x-client-request-id":
+            client = value if client is None else client
+    return _sane(given) or _sane(client) or new_request_id()
 
 
 class Exchange:
@@ -91,7 +94,6 @@ class Exchange:
     __slots__ = (
         "added",
         "bytes_out",
-        "client",
         "direct_body",
         "direct_declined",
         "direct_taken",
@@ -106,6 +108,7 @@ class Exchange:
         "model",
         "on_gone",
         "path",
+        "peer",
         "profile",
         "repairs",
         "request_id",
@@ -132,9 +135,8 @@ class Exchange:
         self.streams = streams
         self.started = time.perf_counter()
         self.wall = time.time()
-        self.request_id = request_id_from(scope.get("headers", ()))
-        client = scope.get("client")
-        self.client = f"{client[0]}:{client[1]}" if client else "-"
+        self.request_id = request_id_from(scope.get("headers") or [])
+        self.peer: Any = scope.get("client")  # (host, port), or None; as text: client()
         self.method: str = scope.get("method", "-")
         self.path: str = scope.get("path", "-")
         # the server's way to say the client left (server.http), where it offers one: see relay.watching_client
@@ -168,6 +170,12 @@ class Exchange:
         self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
         self.gone = False  # the client went away before the answer ended
         self.trace: Trace | None = None  # the request's span, when tracing is on (server.spans)
+
+    def client(self) -> str:
+        """The client's address as the access log writes it, ``host:port`` (``-`` unknown): formatted
+        only for a line that is written."""
+        peer = self.peer
+        return f"{peer[0]}:{peer[1]}" if peer else "-"
 
     def usage(self, usage: object) -> None:
         """Note the token counts of an OpenAI ``usage`` object (chat, completions or Responses names)."""
