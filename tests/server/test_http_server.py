@@ -79,9 +79,16 @@ class Echo:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"part", "more_body": True})
             raise ValueError("broke off")
-        if path in ("/long", "/short", "/split"):
-            value = b"x\r\nx-injected: 1" if path == "/split" else b"x"
-            head = [(b"content-length", b"4"), (b"x-value", value)]
+        if path == "/cased":  # the framing headers in another case: still the framing, not copied
+            head = [(b"Content-Length", b"3"), (b"Transfer-Encoding", b"chunked"), (b"CONNECTION", b"Close")]
+            await send({"type": "http.response.start", "status": 200, "headers": [*head, (b"X-Kept", b"1")]})
+            await send({"type": "http.response.body", "body": b"abc"})
+            return
+        if path in ("/long", "/short", "/split", "/cr", "/lf", "/colon"):
+            splits = {"/split": b"x\r\nx-injected: 1", "/cr": b"x\rx-injected: 1", "/lf": b"x\nx-injected: 1"}
+            value = splits.get(path, b"x")
+            name = b"x-injected: 1\r\nx-value" if path == "/colon" else b"x-value"
+            head = [(b"content-length", b"4"), (name, value)]
             try:
                 await send({"type": "http.response.start", "status": 200, "headers": head})
                 await send({"type": "http.response.body", "body": b"12345" if path == "/long" else b"123"})
@@ -305,6 +312,9 @@ def test_an_answer_that_breaks_off_is_not_ended() -> None:
         ("/long", "Response content longer than Content-Length"),
         ("/short", "Response content shorter than Content-Length"),
         ("/split", "a line end in a name or a value"),
+        ("/cr", "a line end in a name or a value"),
+        ("/lf", "a line end in a name or a value"),
+        ("/colon", "Invalid HTTP header name"),
     ],
 )
 def test_an_answer_that_breaks_its_framing_raises_in_the_app(path: str, error: str) -> None:
@@ -314,8 +324,24 @@ def test_an_answer_that_breaks_its_framing_raises_in_the_app(path: str, error: s
         data = recv_all(sock)
     assert len(app.errors) == 1 and error in app.errors[0]
     assert b"x-injected" not in data
-    if path == "/split":  # nothing was sent before the refusal: the client gets the 500
+    if path in ("/split", "/cr", "/lf", "/colon"):  # nothing was sent before the refusal: the client gets the 500
         assert data.startswith(b"HTTP/1.1 500 ")
+
+
+def test_an_apps_framing_headers_count_in_any_case() -> None:
+    """Content-Length, Transfer-Encoding and Connection are the framing's whatever their case: the
+    length is written once, the app's transfer coding dropped, a close honoured; other names are
+    written as the app gave them."""
+    with serving(Echo()) as address, connect(address) as sock:
+        sock.sendall(b"GET /cased HTTP/1.1\r\nHost: a\r\n\r\n")
+        data = recv_all(sock)  # (the server closes: the app asked for it)
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")[1:]
+    assert body == b"abc" and b"X-Kept: 1" in lines
+    assert [line for line in lines if line.lower().startswith((b"content-length", b"transfer-encoding"))] == [
+        b"content-length: 3"
+    ]
+    assert b"connection: close" in lines
 
 
 def test_a_slow_reader_holds_the_app_back_and_loses_nothing() -> None:
