@@ -274,9 +274,10 @@ def _check_pairs(body: dict[str, Any]) -> None:
             raise invalid_type("stream_options.include_usage", "a boolean", usage)
 
 
-# What each endpoint checks, in the order the first failure is reported.
+# What each endpoint checks, in the order the first failure is reported: its required field, the
+# known fields one by one, then these. Chat's are called by name in check_fields (compiled, a direct
+# call, where one through this table is a generic call).
 _STEPS: dict[Endpoint, tuple[Callable[[dict[str, Any]], None], ...]] = {
-    "chat": (_check_messages, _check_stop, _check_tools, _check_tool_choice, _check_pairs),
     "completions": (lambda b: _check_prompt(b, "prompt"), _check_stop, _check_pairs),
     "embeddings": (lambda b: _check_prompt(b, "input"),),
 }
@@ -289,11 +290,23 @@ def check_fields(endpoint: Endpoint, body: dict[str, Any]) -> None:
         raise missing("model")
     if not isinstance(model, str):
         raise invalid_type("model", "a string", model)
+    if endpoint == "chat":
+        _check_messages(body)  # the required field comes first, as in the official API's answers
+        _check_known(endpoint, body)
+        _check_stop(body)
+        _check_tools(body)
+        _check_tool_choice(body)
+        _check_pairs(body)
+        return
     steps = _STEPS[endpoint]
-    steps[0](body)  # the required field comes first, as in the official API's answers
+    steps[0](body)
+    _check_known(endpoint, body)
+    for step in steps[1:]:
+        step(body)
+
+
+def _check_known(endpoint: Endpoint, body: dict[str, Any]) -> None:
     for spec in _FIELDS_OF[endpoint]:
         value = body.get(spec.name)
         if value is not None:
             _check_field(spec, value)
-    for step in steps[1:]:
-        step(body)
