@@ -251,6 +251,9 @@ MIXED = [  # (path, the answer written, the status and body the client must read
     ("/chunked", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 200, b"abc"),
     ("/sized", b"HTTP/1.1 201 Created\r\ncontent-length: 4\r\n\r\nwxyz", 201, b"wxyz"),
     ("/error", b"HTTP/1.1 500 Oops\r\ncontent-length: 1\r\n\r\n!", 500, b"!"),
+    # framing headers named in another case: found all the same
+    ("/cased", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", 200, b"ok"),
+    ("/Cased", b"HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 3\r\nContent-Type: Text/Plain; a=b\r\n\r\nabc", 200, b"abc"),
 ]
 
 
@@ -350,3 +353,12 @@ def test_a_kept_alive_connections_head_timer_is_moved_for_each_head_and_fails_on
     assert [outcome for _, outcome in got] == [(200, b"ok")] * 4 + ["late"]
     assert 0.45 < got[2][0] < 1.5  # the slow head, taken when it came
     assert 0.25 < got[4][0] < 1.5  # the late head, failed at its own wait, not the earlier timer's
+
+
+def test_a_media_type_is_the_lower_case_type_without_parameters_each_time_it_is_seen() -> None:
+    from oaishim.server.h1client import _media_type
+
+    for _ in range(2):  # (the second time, as remembered)
+        assert _media_type(b"Text/Event-Stream ; charset=utf-8") == "text/event-stream"
+        assert _media_type(b"application/json") == "application/json"
+        assert _media_type(None) == "application/octet-stream"

@@ -74,7 +74,15 @@ class Head:
 def _media_type(value: bytes | None) -> str:
     if value is None:
         return "application/octet-stream"  # RFC 9110 8.3: what a body without a type may be taken as
-    return value.split(b";", 1)[0].strip().decode("latin-1").lower()
+    known = _MEDIA_TYPES.get(value)
+    if known is None:
+        known = value.split(b";", 1)[0].strip().decode("latin-1").lower()
+        if len(_MEDIA_TYPES) < 64:  # a backend sends one or two: the same values recur
+            _MEDIA_TYPES[value] = known
+    return known
+
+
+_MEDIA_TYPES: dict[bytes, str] = {}  # content-type values seen, and their media types
 
 
 _GONE = httptools.HttpResponseParser(object())  # what a closed connection holds instead of its parser
@@ -208,12 +216,14 @@ class Connection(asyncio.Protocol):
         length = content_type = None
         chunked = False
         for name, value in self._headers:
-            lower = name.lower()
-            if lower == b"content-length":
+            # a name is lowered only when its length is one of the three looked for and it is not
+            # already in lower case (as most servers send them): most are looked at by their length
+            size = len(name)
+            if size == 14 and (name == b"content-length" or name.lower() == b"content-length"):
                 length = int(value) if value.strip().isdigit() else None
-            elif lower == b"content-type":
+            elif size == 12 and (name == b"content-type" or name.lower() == b"content-type"):
                 content_type = value
-            elif lower == b"transfer-encoding":
+            elif size == 17 and (name == b"transfer-encoding" or name.lower() == b"transfer-encoding"):
                 chunked = value.lower().find(b"chunked") != -1
         if not self.head.done():
             self.head.set_result(Head(status, self._headers, _media_type(content_type), length, chunked))
