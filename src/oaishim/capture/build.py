@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -29,7 +29,7 @@ from oaishim.capture.timeline import first_token_ms, is_stream, iter_timed_event
 from oaishim.check import CheckOptions, check, exchange_from_bytes
 from oaishim.wire.sse import encode_event
 
-CHECKED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses")
+CHECKED_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/responses")
 
 
 def new_id(started: float) -> str:

@@ -12,10 +12,10 @@ import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 INDEX_NAME = "index.sqlite"
-COLUMNS = (
+COLUMNS: Final = (
     "id",
     "time",
     "mode",
@@ -31,8 +31,8 @@ COLUMNS = (
     "offset",
     "length",
 )
-_INSERT = f"INSERT OR REPLACE INTO exchanges ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
-_SCHEMA = """
+_INSERT: Final = f"INSERT OR REPLACE INTO exchanges ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS exchanges (
     id TEXT PRIMARY KEY, time REAL, mode TEXT, model TEXT, method TEXT, path TEXT, status INTEGER,
     stream INTEGER, duration_ms REAL, findings INTEGER, upstream_findings INTEGER,

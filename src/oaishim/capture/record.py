@@ -37,16 +37,16 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-VERSION = 1
+VERSION: Final = 1
 
 Record = dict[str, Any]
 Migration = Callable[[Record], Record]
 
-MIGRATIONS: dict[int, Migration] = {
+MIGRATIONS: Final[dict[int, Migration]] = {
     # version N: the function that turns a version-N record into a version-(N + 1) record.
     # Version 1 is the first; the next format change adds `1: _v1_to_v2` here.
 }

@@ -19,14 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 
-MASK = "[REDACTED]"
-MIN_SECRET = 8
-SECRET_HEADERS = frozenset(
+MASK: Final = "[REDACTED]"
+MIN_SECRET: Final = 8
+SECRET_HEADERS: Final = frozenset(
     {
         "authorization",
         "proxy-authorization",
@@ -38,7 +38,7 @@ SECRET_HEADERS = frozenset(
     }
 )
 # Query parameter names compared after normalising (lower case, "-" as "_"): access-token is access_token.
-SECRET_QUERY = frozenset(
+SECRET_QUERY: Final = frozenset(
     {
         "key",
         "api_key",
@@ -64,7 +64,7 @@ def secret_query(name: str) -> bool:
     return name.lower().replace("-", "_") in SECRET_QUERY
 
 
-_SEGMENT = re.compile(r"\.([^.\[\]]+)|\[(\*|\d+)\]")
+_SEGMENT: Final = re.compile(r"\.([^.\[\]]+)|\[(\*|\d+)\]")
 
 PathPart = str | int  # a key, an index, or "*" for every key or item
 JsonPath = tuple[PathPart, ...]

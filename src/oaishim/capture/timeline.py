@@ -87,7 +87,7 @@ def _choice_text(choice: Mapping[str, Any]) -> str:
     return legacy if isinstance(legacy, str) else ""
 
 
-_RESPONSES_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+_RESPONSES_TERMINAL: Final = ("response.completed", "response.incomplete", "response.failed")
 
 
 def _responses_delta(chunk: Mapping[str, Any]) -> str | None:

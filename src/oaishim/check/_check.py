@@ -9,7 +9,7 @@ grammar of its own: see ``_resp_check``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -20,7 +20,7 @@ from oaishim.check._stream import StreamRules, check_id_prefix
 from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
 from oaishim.wire.sse import SSEEvent, is_done
 
-_KINDS: dict[Endpoint, tuple[str, str]] = {
+_KINDS: Final[dict[Endpoint, tuple[str, str]]] = {
     "chat": ("chat.completion", "chat.completion.chunk"),
     "completions": ("text_completion", "text_completion.chunk"),
     "embeddings": ("embeddings", "embeddings"),

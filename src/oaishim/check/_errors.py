@@ -8,7 +8,7 @@ class from the status alone, so a server fault sent as 400 (TensorRT-LLM answers
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from oaishim.check._findings import Sink
 from oaishim.transform.upstream_errors import is_error_body as _any_error_body
@@ -24,7 +24,7 @@ def is_error_body(body: Any) -> bool:
 
 
 # The error types the official API uses, and the statuses each may come with.
-_TYPE_STATUS: dict[str, range | tuple[int, ...]] = {
+_TYPE_STATUS: Final[dict[str, range | tuple[int, ...]]] = {
     "invalid_request_error": (400, 404, 405, 409, 413, 415, 422, 431),  # 405: a wrong method on a known URL
     "authentication_error": (401,),
     "permission_error": (403,),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from oaishim.check._model import Finding
 from oaishim.check._rules import GENERIC_RULES, RULES, Severity
 
-_PATHS: dict[tuple[str | int, ...], str] = {}  # jpath's answers: the rules ask for the same few paths every chunk
+_PATHS: Final[
+    dict[tuple[str | int, ...], str]
+] = {}  # jpath's answers: the rules ask for the same few paths every chunk
 
 
 def jpath(*parts: str | int) -> str:

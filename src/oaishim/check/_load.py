@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from oaishim.check._model import Exchange
 from oaishim.wire.sse import SSEDecoder
 
-_SSE_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
+_SSE_STARTS: Final = (b"data:", b"event:", b"id:", b"retry:", b":")
 
 
 def looks_like_sse(raw: bytes, content_type: str | None = None) -> bool:

@@ -10,11 +10,11 @@ than requested", so fewer is a note). Legacy completions: ``{tokens, token_logpr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from oaishim.check._findings import Sink, jpath
 
-_LEGACY_KEYS = frozenset({"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+_LEGACY_KEYS: Final = frozenset({"tokens", "token_logprobs", "top_logprobs", "text_offset"})
 
 
 def _is_chat_shaped(logprobs: Mapping[str, Any]) -> bool:

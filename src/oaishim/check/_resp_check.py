@@ -8,7 +8,7 @@ grammar of :mod:`._resp_stream` runs. A plain body is the ``response`` object it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -20,7 +20,7 @@ from oaishim.check._resp_stream import ResponsesStream
 from oaishim.wire.sse import SSEEvent, is_done
 
 # Request fields only a Responses request has (embeddings requests share ``input``).
-_REQUEST_KEYS = frozenset(
+_REQUEST_KEYS: Final = frozenset(
     {"instructions", "previous_response_id", "reasoning", "text", "tools", "tool_choice", "store", "stream",
      "max_output_tokens", "include", "conversation", "background", "truncation", "parallel_tool_calls"}
 )  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from oaishim.check._findings import Sink
 
@@ -21,7 +21,7 @@ PART_DELTAS = {
 }
 PART_DONES = {done: (container, key) for container, done, key in PART_DELTAS.values()}
 # the done event each part type must have before its part closes, and the part's text key
-PART_TEXT = {
+PART_TEXT: Final = {
     "output_text": ("response.output_text.done", "text"),
     "refusal": ("response.refusal.done", "refusal"),
     "reasoning_text": ("response.reasoning_text.done", "text"),
@@ -39,7 +39,7 @@ PART_CLOSE = {"response.content_part.done": "content", "response.reasoning_summa
 INDEX_KEY = {"content": "content_index", "summary": "summary_index"}
 # A streamed item compared with its copy in the terminal event's output, except these keys: the real
 # API re-encrypts reasoning for the final object (reasoning-summary-then-function-call.sse).
-_UNCOMPARED = frozenset({"encrypted_content"})
+_UNCOMPARED: Final = frozenset({"encrypted_content"})
 
 
 @dataclass(slots=True)

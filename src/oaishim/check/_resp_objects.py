@@ -9,17 +9,17 @@ present once it is complete; a ``status`` that agrees with ``error`` and ``incom
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from oaishim.check._findings import Sink, child
 
-ITEM_PREFIXES = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_"}
-TERMINAL = {
+ITEM_PREFIXES: Final = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_"}
+TERMINAL: Final = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
     "response.failed": "failed",
 }
-OPENING = {"response.created", "response.in_progress", "response.queued"}
+OPENING: Final = {"response.created", "response.in_progress", "response.queued"}
 
 
 def check_item_ids(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import cache
-from typing import Any
+from typing import Any, Final
 
 import jsonschema_rs
 import orjson
@@ -26,7 +26,7 @@ Schema = dict[str, Any]
 
 # Fields that self-hosted servers add on purpose. With ``extensions_as_notes`` they are notes, not
 # errors (docs/backend-quirks.md §6 "Extra choice fields" and §8 "Remove non-standard fields").
-VENDOR_EXTENSIONS = frozenset(
+VENDOR_EXTENSIONS: Final = frozenset(
     {
         "reasoning_content", "reasoning", "stop_reason", "matched_stop", "timings", "prompt_token_ids",
         "token_ids", "prompt_logprobs", "prompt_text", "kv_transfer_params", "metrics", "sglext",
@@ -156,7 +156,7 @@ class _Memo:
 
 # Memos keyed by the identity of a list of schemas, which each holds and compares on a hit: a list
 # built for an earlier plan is never mistaken for another. Bounded by the plans held in all.
-_PLANS: dict[int, _Memo] = {}
+_PLANS: Final[dict[int, _Memo]] = {}
 _MAX_PLANS = 8192  # past it the memo starts again (keys of open maps are the instance's own)
 _held = [0]  # plans held in all the memos
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from oaishim.check._findings import Sink, jpath
 
-_FIRST_DELTA_KEYS = frozenset({"role", "content", "refusal", "tool_calls"})
-_REASONING_KEYS = frozenset({"reasoning_content", "reasoning"})
+_FIRST_DELTA_KEYS: Final = frozenset({"role", "content", "refusal", "tool_calls"})
+_REASONING_KEYS: Final = frozenset({"reasoning_content", "reasoning"})
 
 
 def check_id_prefix(obj: Mapping[str, Any], chat: bool, sink: Sink, chunk: int | None = None) -> None:

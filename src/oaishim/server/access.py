@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import orjson
@@ -21,8 +21,8 @@ from oaishim.server.exchange import Exchange
 
 __all__ = ["AccessLog"]
 
-log = logging.getLogger("oaishim.access")
-_PATH_SAFE = (
+log: Final = logging.getLogger("oaishim.access")
+_PATH_SAFE: Final = (
     "/:@!$&'()*+,;=-._~%"  # a path as sent: only what would break the line (spaces, quotes, controls) is escaped
 )
 

@@ -12,7 +12,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -71,15 +71,15 @@ from oaishim.wire.paths import BadTarget, allowed, normalize_path, parse_rule, q
 if TYPE_CHECKING:
     from oaishim.server.spans import Spans
 
-log = logging.getLogger("oaishim.gateway")
-ENDPOINTS: dict[str, Endpoint] = {
+log: Final = logging.getLogger("oaishim.gateway")
+ENDPOINTS: Final[dict[str, Endpoint]] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
 }
 # The gateway's own routes and the one method each answers; another method gets 405.
-OWN_ROUTES = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/models": "GET", "/health": "GET"}
-UNLOGGED = frozenset({"/health", "/metrics"})  # not captured
+OWN_ROUTES: Final = {**dict.fromkeys(ENDPOINTS, "POST"), "/v1/responses": "POST", "/v1/models": "GET", "/health": "GET"}
+UNLOGGED: Final = frozenset({"/health", "/metrics"})  # not captured
 
 
 class Gateway:

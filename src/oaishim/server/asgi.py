@@ -4,7 +4,7 @@ is ``scope``, ``receive`` and ``send``)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -121,7 +121,7 @@ def _partial_tail(data: bytes, needles: tuple[bytes, ...]) -> int:
     return longest
 
 
-_LINE_ENDS: dict[tuple[bytes, ...], bool] = {}  # needles, and whether none of them holds a line end
+_LINE_ENDS: Final[dict[tuple[bytes, ...], bool]] = {}  # needles, and whether none of them holds a line end
 
 
 def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Scrubbing:

@@ -27,16 +27,16 @@ import socket
 import struct
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
 from oaishim.server.asgi import Scope
 from oaishim.server.recorder import Recorder
 
-log = logging.getLogger("oaishim.capture")
-FRAME = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
-MARSHAL_VERSION = 2  # see encode
-IOV_BATCH = 256  # frames one sendmsg is given at most (the kernel allows 1,024)
+log: Final = logging.getLogger("oaishim.capture")
+FRAME: Final = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
+MARSHAL_VERSION: Final = 2  # see encode
+IOV_BATCH: Final = 256  # frames one sendmsg is given at most (the kernel allows 1,024)
 
 
 class RemoteWriter:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -29,7 +29,7 @@ from oaishim.transform.upstream_errors import normalize_upstream_error
 from oaishim.wire.errors import OpenAIError
 from oaishim.wire.headers import retry_headers
 
-log = logging.getLogger("oaishim.gateway")
+log: Final = logging.getLogger("oaishim.gateway")
 
 
 class Dispatch:

@@ -20,7 +20,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from oaishim.server.asgi import Headers, Message, Scope, Scrubbing, Send
 from oaishim.server.config import VirtualKey
@@ -46,24 +46,26 @@ __all__ = [
 
 # ASGI extension (scope["extensions"]) by which the HTTP server reports a lost client to a callback:
 # ``on_gone(callback)`` registers it and returns the function that unregisters it.
-ON_GONE = "oaishim.on_client_gone"
+ON_GONE: Final = "oaishim.on_client_gone"
 OnGone = Callable[[Callable[[], None]], Callable[[], None]]
 # ASGI extension by which the HTTP server lets a stream's body pieces be written without a message
 # (server.direct): ``direct(scope)`` gives (ready, write) for that request's response, or None.
-DIRECT_BODY = "oaishim.direct_body"
+DIRECT_BODY: Final = "oaishim.direct_body"
 DirectBody = Callable[[Any], "tuple[Callable[[], bool], Callable[[bytes], None]] | None"]
 # ASGI extension: the task the HTTP server runs the request in (asyncio.current_task() asks the
 # running loop, a getpid() system call each time: 7 % of a plain request's samples under load).
-REQUEST_TASK = "oaishim.request_task"
+REQUEST_TASK: Final = "oaishim.request_task"
 # ASGI extension: ``respond(status, headers, body)`` writes a whole sized response at once (no
 # messages); False when it cannot now (the response started, the client's writes are paused).
-RESPOND = "oaishim.respond"
+RESPOND: Final = "oaishim.respond"
 Respond = Callable[[int, Headers, bytes], bool]
 
-log = logging.getLogger("oaishim.exchange")
-MAX_ID = 128
-_PRINTABLE = frozenset(range(0x21, 0x7F))  # visible ASCII: no space, no control byte, nothing to split a log line
-_current: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("oaishim_exchange", default=None)
+log: Final = logging.getLogger("oaishim.exchange")
+MAX_ID: Final = 128
+_PRINTABLE: Final = frozenset(
+    range(0x21, 0x7F)
+)  # visible ASCII: no space, no control byte, nothing to split a log line
+_current: Final[contextvars.ContextVar[Exchange | None]] = contextvars.ContextVar("oaishim_exchange", default=None)
 
 
 def _sane(value: bytes | None) -> str | None:
@@ -338,7 +340,7 @@ class StreamCount:
         self.n = 0
 
 
-_CAUSES = {
+_CAUSES: Final = {
     "upstream_unreachable": "unreachable",
     "upstream_timeout": "timeout",
     "upstream_disconnected": "disconnected",
@@ -370,7 +372,7 @@ current: Callable[[], Exchange | None] = _current.get
 
 
 # The loggers of the request path: their warnings and errors name the request
-REQUEST_LOGGERS = (
+REQUEST_LOGGERS: Final = (
     "oaishim.gateway", "oaishim.relay", "oaishim.response", "oaishim.responses", "oaishim.stream",
     "oaishim.upstream", "oaishim.state", "oaishim.limits",
 )  # fmt: skip

@@ -24,14 +24,14 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import httptools
 
 from oaishim.server.outbox import HOLD_MAX, Outbox
 
-HIGH_WATER = 256 * 1024
-TIMER_SLACK = 0.005  # seconds a timer that fires before its time may be early and still count as on time
+HIGH_WATER: Final = 256 * 1024
+TIMER_SLACK: Final = 0.005  # seconds a timer that fires before its time may be early and still count as on time
 Origin = tuple[str, str, int]  # scheme, host, port
 
 
@@ -82,10 +82,10 @@ def _media_type(value: bytes | None) -> str:
     return known
 
 
-_MEDIA_TYPES: dict[bytes, str] = {}  # content-type values seen, and their media types
+_MEDIA_TYPES: Final[dict[bytes, str]] = {}  # content-type values seen, and their media types
 
 
-_GONE = httptools.HttpResponseParser(object())  # what a closed connection holds instead of its parser
+_GONE: Final = httptools.HttpResponseParser(object())  # what a closed connection holds instead of its parser
 
 
 class Connection(asyncio.Protocol):

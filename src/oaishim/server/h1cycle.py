@@ -25,14 +25,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 HIGH_WATER = 64 * 1024  # request body bytes held for the app before the connection stops reading
-STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
-_NO_BODY = frozenset({204, 304})
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_END = b"0\r\n\r\n"
-_DISCONNECT: dict[str, Any] = {"type": "http.disconnect"}
+STATUS_LINES: Final = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
+_NO_BODY: Final = frozenset({204, 304})
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_END: Final = b"0\r\n\r\n"
+_DISCONNECT: Final[dict[str, Any]] = {"type": "http.disconnect"}
 
 
 class Connection(Protocol):
@@ -57,7 +57,7 @@ class Connection(Protocol):
     def answered(self, cycle: Cycle) -> None: ...  # ``cycle``'s response is complete
 
 
-_NAMES_SEEN: set[bytes] = set()  # response header names found valid (a bounded cache: the same few recur)
+_NAMES_SEEN: Final[set[bytes]] = set()  # response header names found valid (a bounded cache: the same few recur)
 
 
 def _check_name(name: bytes) -> None:
@@ -79,7 +79,7 @@ def _nothing() -> None:
 
 # The size lines of chunks under 1 KiB (a streamed token's is a few hundred bytes): a list index
 # and one join, where bytes formatting parsed its format each time (1.9k instructions a chunk)
-_SIZE_LINES = [b"%x\r\n" % n for n in range(1024)]
+_SIZE_LINES: Final = [b"%x\r\n" % n for n in range(1024)]
 
 
 def _chunk(data: bytes) -> bytes:

@@ -35,7 +35,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 from urllib.parse import unquote
 
 import httptools
@@ -45,13 +45,13 @@ from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
 from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
 
-log = logging.getLogger("oaishim.http")
-LINGER_SECONDS = 2.0  # how long a refused connection is read and discarded before it is closed
-PIPELINE_MAX = 16  # requests a connection holds behind the one being answered; past it, the last closes it
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
+log: Final = logging.getLogger("oaishim.http")
+LINGER_SECONDS: Final = 2.0  # how long a refused connection is read and discarded before it is closed
+PIPELINE_MAX: Final = 16  # requests a connection holds behind the one being answered; past it, the last closes it
+_ASGI: Final = {"version": "3.0", "spec_version": "2.3"}
 # what the shared timer is waiting for
 _NONE, _HEAD, _BODY, _IDLE, _LINGER = range(5)
-TASK_NAME = "oaishim-request"  # every request's task (asyncio names the others Task-N)
+TASK_NAME: Final = "oaishim-request"  # every request's task (asyncio names the others Task-N)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +86,7 @@ def _answer(error: OpenAIError, date: bytes) -> bytes:
     return head + body
 
 
-_GONE = httptools.HttpRequestParser(object())  # what a lost connection holds instead of its parser
+_GONE: Final = httptools.HttpRequestParser(object())  # what a lost connection holds instead of its parser
 
 
 class HttpConnection(asyncio.Protocol):

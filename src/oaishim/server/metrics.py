@@ -15,6 +15,7 @@ chunk costs nothing here.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -27,15 +28,15 @@ __all__ = ["CONTENT_TYPE", "Metrics", "StreamCount"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
 # ExplicitBucketBoundaries of the GenAI conventions
-DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TOKEN_BUCKETS: Final = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+TTFT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS: Final = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 # the gateway's own time is small: from 50 µs to a second
-ADDED_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+ADDED_BUCKETS: Final = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 # gen_ai.operation.name for each generating endpoint (the Responses API generates a chat turn)
-OPERATIONS = {"chat": "chat", "completions": "text_completion", "embeddings": "embeddings", "responses": "chat"}
-GEN_AI = ("gen_ai_operation_name", "gen_ai_request_model", "endpoint", "status_class", "profile")
+OPERATIONS: Final = {"chat": "chat", "completions": "text_completion", "embeddings": "embeddings", "responses": "chat"}
+GEN_AI: Final = ("gen_ai_operation_name", "gen_ai_request_model", "endpoint", "status_class", "profile")
 
 
 class _Series:
@@ -62,7 +63,10 @@ class _Series:
         self.sum += value
 
 
-_CLASSES = ("none", *(f"{n}xx" for n in range(1, 10)))  # a status's class, by its first digit (no formatting a request)
+_CLASSES: Final = (
+    "none",
+    *(f"{n}xx" for n in range(1, 10)),
+)  # a status's class, by its first digit (no formatting a request)
 
 
 class _Histogram(Collector):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
 from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
 from oaishim.server.asgi import Headers, Message, Receive, Scope, Send
@@ -30,7 +30,7 @@ from oaishim.server.direct import Attachable
 from oaishim.server.exchange import DirectBody, Respond
 from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
 
-now = time.perf_counter_ns
+now: Final = time.perf_counter_ns
 
 
 class Submit(Protocol):

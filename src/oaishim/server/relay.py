@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import orjson
 
@@ -35,9 +35,9 @@ from oaishim.transform.validate import Endpoint
 from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.headers import retry_headers
 
-log = logging.getLogger("oaishim.relay")
-SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-DEFAULT_LIMIT = Settings().max_upstream_event_bytes
+log: Final = logging.getLogger("oaishim.relay")
+SSE_HEADERS: Final[Headers] = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+DEFAULT_LIMIT: Final = Settings().max_upstream_event_bytes
 
 
 async def read_all(response: UpstreamResponse, limit: int = DEFAULT_LIMIT) -> bytes:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qs
 
 import orjson
@@ -83,8 +83,8 @@ class ChatHost(Protocol):
     async def profile_for(self, route: ModelRoute) -> Profile: ...
 
 
-log = logging.getLogger("oaishim.responses")
-CHAT_PATH = "/v1/chat/completions"
+log: Final = logging.getLogger("oaishim.responses")
+CHAT_PATH: Final = "/v1/chat/completions"
 
 
 def _not_found(response_id: str) -> OpenAIError:

@@ -15,6 +15,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Final
 from urllib.parse import urlsplit
 
 from oaishim.server.config import ModelRoute, Settings
@@ -24,10 +25,10 @@ from oaishim.server.seam import RawHeaders, SentRequest
 from oaishim.wire.errors import OpenAIError, bad_request, timeout
 from oaishim.wire.paths import BadTarget, join_upstream
 
-log = logging.getLogger("oaishim.upstream")
+log: Final = logging.getLogger("oaishim.upstream")
 
-KEEPALIVE_SECONDS = 4.0
-_JOINED_MAX = 512  # (replica, target) pairs whose checked URL is kept (the targets are a few paths)
+KEEPALIVE_SECONDS: Final = 4.0
+_JOINED_MAX: Final = 512  # (replica, target) pairs whose checked URL is kept (the targets are a few paths)
 
 
 def fixed_headers(route: ModelRoute, content_type: str | None) -> list[tuple[str, str]]:

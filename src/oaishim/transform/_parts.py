@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -25,8 +25,13 @@ from oaishim.transform.context import ResponseContext
 from oaishim.wire.errors import OpenAIError
 
 OFFICIAL_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
-_PROMPT_DETAILS = ("cached_tokens", "audio_tokens")
-_COMPLETION_DETAILS = ("reasoning_tokens", "audio_tokens", "accepted_prediction_tokens", "rejected_prediction_tokens")
+_PROMPT_DETAILS: Final = ("cached_tokens", "audio_tokens")
+_COMPLETION_DETAILS: Final = (
+    "reasoning_tokens",
+    "audio_tokens",
+    "accepted_prediction_tokens",
+    "rejected_prediction_tokens",
+)
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -236,4 +241,4 @@ def extensions(upstream: dict[str, Any], official: dict[str, Any], ctx: Response
     return {k: v for k, v in upstream.items() if k not in official and k not in skip}
 
 
-_REASONING_KEYS = ("reasoning_content", "reasoning")
+_REASONING_KEYS: Final = ("reasoning_content", "reasoning")

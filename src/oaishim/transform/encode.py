@@ -11,13 +11,13 @@ second pipeline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 
 from oaishim.wire.errors import OpenAIError, error_event
 
-DONE = b"data: [DONE]\n\n"
+DONE: Final = b"data: [DONE]\n\n"
 
 
 class Encoder(Protocol):

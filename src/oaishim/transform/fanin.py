@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -42,7 +42,7 @@ from oaishim.transform.upstream_errors import is_error_body
 from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.sse import EventTooLarge, SSEDecoder
 
-log = logging.getLogger("oaishim.relay")
+log: Final = logging.getLogger("oaishim.relay")
 
 
 def merge_usage(usages: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Final
 
 import orjson
 
 from oaishim.transform.stream import StreamNormalizer
 
-_DUMPS = orjson.dumps
+_DUMPS: Final = orjson.dumps
 # vLLM's token chunk, whole (fullmatch: no other key, no duplicate, valid JSON numbers, nothing
 # after): a content string without escapes, quotes or control characters is then its value as
 # written, so the event needs no parse; orjson writes such a string back as the same characters.
@@ -37,7 +38,10 @@ _VLLM_TOKEN = re.compile(
 # begins with the same characters up to the text (the id, created and model do not change), so once
 # the pattern has matched one, the next is checked against that beginning and these ends with two
 # comparisons instead of the pattern (6.6k instructions an event, compiled, against ~1k).
-_ENDS = ('"},"logprobs":null,"finish_reason":null}]}', '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}')
+_ENDS: Final = (
+    '"},"logprobs":null,"finish_reason":null}]}',
+    '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
+)
 
 
 # Another encoder's bytes for one content token: the client's choice index and the text (the

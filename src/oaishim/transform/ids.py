@@ -11,7 +11,7 @@ import hashlib
 import os
 import string
 import threading
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["call_id", "random_bytes", "random_hex", "random_id"]
 
@@ -19,9 +19,9 @@ _ALPHABET = string.ascii_letters + string.digits
 # Each random byte below 248 (4 × 62) is one character, evenly; the 8 bytes above are dropped, so no
 # character is likelier than another. Two C calls an id (a generator over the bytes was a tenth of
 # the Python calls of a plain request).
-_TABLE = bytes(ord(_ALPHABET[b % 62]) for b in range(256))
-_DROPPED = bytes(range(248, 256))
-DRAW = 4096  # bytes drawn from the system at a time (a module constant: compiled, a class's is not readable)
+_TABLE: Final = bytes(ord(_ALPHABET[b % 62]) for b in range(256))
+_DROPPED: Final = bytes(range(248, 256))
+DRAW: Final = 4096  # bytes drawn from the system at a time (a module constant: compiled, a class's is not readable)
 
 
 class _Pool:
@@ -52,7 +52,7 @@ class _Pool:
             lock.release()
 
 
-_POOL = _Pool()
+_POOL: Final = _Pool()
 os.register_at_fork(after_in_child=_POOL.forget)
 
 

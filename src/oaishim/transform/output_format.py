@@ -24,7 +24,7 @@ Two things happen to a choice:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -32,9 +32,9 @@ from oaishim.transform.context import ResponseContext
 from oaishim.transform.params.response_format import OutputFormat
 from oaishim.wire.errors import OpenAIError
 
-MOVED = "json_from_reasoning"
+MOVED: Final = "json_from_reasoning"
 KINDS = frozenset({"not_json", "not_object", "schema"})  # the violations of a response_format
-_NOT_JSON = object()
+_NOT_JSON: Final = object()
 
 
 def _parse(text: str) -> Any:

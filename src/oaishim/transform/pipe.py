@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -34,10 +34,10 @@ from oaishim.transform.validate import Endpoint
 from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.sse import EventTooLarge, SSEDecoder
 
-log = logging.getLogger("oaishim.relay")
-DEFAULT_MAX_EVENT = 16 << 20  # the gateway's default for max_upstream_event_bytes (16 MiB)
+log: Final = logging.getLogger("oaishim.relay")
+DEFAULT_MAX_EVENT: Final = 16 << 20  # the gateway's default for max_upstream_event_bytes (16 MiB)
 Normalize = Callable[[dict[str, Any], ResponseContext], dict[str, Any]]
-NORMALIZERS: dict[Endpoint, Normalize] = {
+NORMALIZERS: Final[dict[Endpoint, Normalize]] = {
     "chat": normalize.normalize_chat,
     "completions": normalize.normalize_completion,
     "embeddings": normalize.normalize_embeddings,

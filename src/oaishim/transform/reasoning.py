@@ -41,9 +41,11 @@ the input exactly (the tests check this at every split point).
 
 from __future__ import annotations
 
+from typing import Final
+
 from oaishim.transform.pieces import Piece, Text, TextKind, join_text
 
-_NEWLINES = "\r\n"
+_NEWLINES: Final = "\r\n"
 
 
 class ReasoningSplitter:

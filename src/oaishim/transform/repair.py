@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from oaishim.transform.cleanup import DisplayCleanup, display_markup
 from oaishim.transform.pieces import Piece, Text, TextKind
@@ -21,7 +22,7 @@ from oaishim.transform.special import SpecialTokens
 from oaishim.transform.stops import StopMatcher
 from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
 
-TOOL_FORMATS: tuple[ToolFormat, ...] = ("hermes", "minimax", "llama3", "mistral")
+TOOL_FORMATS: Final[tuple[ToolFormat, ...]] = ("hermes", "minimax", "llama3", "mistral")
 
 
 # Not frozen: mypyc builds a frozen dataclass as a Python class (sse.SSEEvent); its own __init__,

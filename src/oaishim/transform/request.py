@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from oaishim.profiles._base import Profile
 from oaishim.transform.params import n as n_param
@@ -41,12 +41,12 @@ from oaishim.transform.validate import Endpoint, validate
 
 __all__ = ["COMPLETIONS_DEFAULT_MAX_TOKENS", "Endpoint", "PreparedRequest", "prepare", "rewrite"]
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = (
+COMPLETIONS_DEFAULT_MAX_TOKENS: Final = (
     16  # spec/openapi.yaml CreateCompletionRequest.max_tokens default (docs/wire-format.md §2)
 )
 
 # Optional official fields whose null means "the default" (all nullable in the spec).
-_NULL_IS_DEFAULT = frozenset(
+_NULL_IS_DEFAULT: Final = frozenset(
     {
         "n",
         "temperature",
@@ -73,7 +73,7 @@ _NULL_IS_DEFAULT = frozenset(
         "encoding_format",
     }
 )
-_REASONING_KEYS = ("reasoning_content", "reasoning")
+_REASONING_KEYS: Final = ("reasoning_content", "reasoning")
 
 
 @dataclass(slots=True, init=False)  # its own __init__, compiled (as transform.context.ResponseContext)

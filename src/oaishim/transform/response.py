@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform import _parts, output_format
 from oaishim.transform.context import ResponseContext
@@ -24,7 +24,7 @@ from oaishim.transform.pieces import CallArgs, CallStart, Piece, join_text
 from oaishim.transform.repair import repair_text
 from oaishim.wire.errors import OpenAIError
 
-log = logging.getLogger("oaishim.response")
+log: Final = logging.getLogger("oaishim.response")
 Build = Callable[[dict[str, Any], ResponseContext], dict[str, Any]]
 
 

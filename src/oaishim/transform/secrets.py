@@ -18,8 +18,9 @@ offset), so a plain answer and a stream of it are masked alike.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from typing import Final
 
-MASK = "[REDACTED]"  # as the server's byte masking writes it (capture.redact)
+MASK: Final = "[REDACTED]"  # as the server's byte masking writes it (capture.redact)
 
 
 class SecretMask:

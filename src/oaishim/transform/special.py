@@ -20,7 +20,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["SpecialTokens", "special_tokens_from_gguf", "special_tokens_from_hf"]
 
@@ -50,8 +50,8 @@ class SpecialTokens:
 # What the model's files say
 
 # Named token fields of tokenizer_config.json / special_tokens_map.json: only eos ends the turn.
-_NAMED_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token")
-_END_NAMED = frozenset({"eos_token"})
+_NAMED_TOKENS: Final = ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token")
+_END_NAMED: Final = frozenset({"eos_token"})
 
 
 @dataclass(slots=True)
@@ -145,10 +145,10 @@ def _as_int(value: Any) -> int | None:
         return None
 
 
-GGUF_CONTROL = 3  # llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+GGUF_CONTROL: Final = 3  # llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
 # Token-id keys of GGUF metadata: eos/eot/eom end generation in llama.cpp (its "end of generation" set).
-_GGUF_END_IDS = ("eos", "eot", "eom")
-_GGUF_OTHER_IDS = ("bos", "unknown", "padding", "separator", "mask", "cls")
+_GGUF_END_IDS: Final = ("eos", "eot", "eom")
+_GGUF_OTHER_IDS: Final = ("bos", "unknown", "padding", "separator", "mask", "cls")
 
 
 def special_tokens_from_gguf(metadata: Mapping[str, Any]) -> SpecialTokens:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import orjson
 
@@ -42,7 +42,7 @@ from oaishim.transform.upstream_errors import is_error_body, normalize_upstream_
 from oaishim.wire.errors import OpenAIError, internal_error, upstream_error
 
 Chunk = dict[str, Any]  # one normalised official chunk, for an encoder (transform.encode) to write
-log = logging.getLogger("oaishim.stream")
+log: Final = logging.getLogger("oaishim.stream")
 
 
 # _Call and _Choice have their own __init__: the one dataclasses generates is interpreted, compiled or not.
@@ -629,8 +629,10 @@ class StreamNormalizer:
         return out
 
 
-_TOP_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"})
-_CHOICE_KEYS = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
+_TOP_KEYS: Final = frozenset(
+    {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
+)
+_CHOICE_KEYS: Final = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
 
 
 def _counted(timings: Any) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -53,18 +53,18 @@ class _Raw:
     extra: Mapping[str, Any]
 
 
-_MAX_MESSAGE = 1000
+_MAX_MESSAGE: Final = 1000
 # A run of characters a key or token is made of: a message is never cut inside one, where the cut
 # would leave a prefix of a secret that no later scrub can recognise.
-_WORD_CHAR = re.compile(r"[\w.~+/=-]")
-_WORD_TAIL = re.compile(r"[\w.~+/=-]+\Z")
-_TAG = re.compile(r"<[^>]*>")
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
-_SPACE = re.compile(r"\s+")
+_WORD_CHAR: Final = re.compile(r"[\w.~+/=-]")
+_WORD_TAIL: Final = re.compile(r"[\w.~+/=-]+\Z")
+_TAG: Final = re.compile(r"<[^>]*>")
+_TITLE: Final = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_SPACE: Final = re.compile(r"\s+")
 # a field name in a backend's message: vLLM "(parameter=max_tokens, value=…)", "'messages' is
 # required", pydantic reprs
 # "'loc': 'body.temperature'" (new vLLM) and "'loc': ('body', 'store')" (old vLLM)
-_PARAM_IN_MESSAGE = (
+_PARAM_IN_MESSAGE: Final = (
     re.compile(r"\(parameter=([A-Za-z_][\w.\[\]]*)"),
     re.compile(r"^'(\w+)' is (?:a )?required"),  # llama.cpp; OpenAI's older jsonschema wording
     re.compile(r"'loc': '(body(?:\.\w+)+)'"),
@@ -186,7 +186,7 @@ def _read(body: Any) -> _Raw:
 # Deciding status and type
 
 # What an upstream status becomes: (status for the client, official type).
-_BY_STATUS: dict[int, tuple[int, str]] = {
+_BY_STATUS: Final[dict[int, tuple[int, str]]] = {
     400: (400, "invalid_request_error"),
     401: (401, "authentication_error"),
     403: (403, "permission_error"),
@@ -201,7 +201,7 @@ _BY_STATUS: dict[int, tuple[int, str]] = {
 }
 
 # A backend's type (normalised by _kind) -> the status it means, for bodies without an error status.
-_BY_KIND: dict[str, int] = {
+_BY_KIND: Final[dict[str, int]] = {
     "badrequest": 400,
     "badrequesterror": 400,
     "invalidrequesterror": 400,
@@ -230,7 +230,7 @@ _BY_KIND: dict[str, int] = {
     "unavailableerror": 503,
 }
 
-_SERVER_FAULT = re.compile(
+_SERVER_FAULT: Final = re.compile(
     r"\binternal\b|\bcuda\b|out of memory|\boom\b|traceback|segmentation fault|\bnccl\b|"
     r"runtimeerror|executor ?error|\bengine\b.{0,40}\b(?:died|dead|crash|fail|error|abort)|"
     r"\b(?:died|dead|crash|fail|error)\w*\b.{0,40}\bengine\b",
@@ -259,8 +259,8 @@ OVERFLOW_MESSAGES: tuple[tuple[str, str], ...] = (
     (r"exceeds? (?:the )?maximum input length", "TensorRT-LLM: 'Prompt length exceeds maximum input length'"),
     (r"prompt is too long|too many tokens in (?:the )?prompt", "other OpenAI-compatible servers and proxies"),
 )
-_CONTEXT_OVERFLOW = re.compile("|".join(f"(?:{pattern})" for pattern, _ in OVERFLOW_MESSAGES), re.IGNORECASE)
-_UNKNOWN_MODEL = re.compile(
+_CONTEXT_OVERFLOW: Final = re.compile("|".join(f"(?:{pattern})" for pattern, _ in OVERFLOW_MESSAGES), re.IGNORECASE)
+_UNKNOWN_MODEL: Final = re.compile(
     # "The model `x` does not exist", 'model "x" not found', "model not found": the name, if any,
     # sits between "model" and the verdict, so "the model does not support …; template not found" is not one
     r"\bmodel\s+(?:[`'\"][^`'\"\n]{0,200}[`'\"]\s+|[\w./:@-]+\s+)?"
@@ -321,7 +321,7 @@ def _disguised_server_fault(raw: _Raw, v: _Verdict, context_param: str) -> _Verd
 
 # Tried in order; the first that answers decides. Context overflow comes first because its messages
 # may name the engine ("exceeds the engine's maximum context") without being a server fault.
-_RECOGNISERS: tuple[Callable[[_Raw, _Verdict, str], _Verdict | None], ...] = (
+_RECOGNISERS: Final[tuple[Callable[[_Raw, _Verdict, str], _Verdict | None], ...]] = (
     _context_overflow,
     _unknown_model,
     _disguised_server_fault,

@@ -12,7 +12,7 @@ numbers) we keep its intent instead; each such place says so in its docstring.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 __all__ = [
     "ChatAccumulator",
@@ -22,7 +22,7 @@ __all__ = [
     "accumulate_delta",
 ]
 
-_REPLACED_KEYS = frozenset({"index", "type"})
+_REPLACED_KEYS: Final = frozenset({"index", "type"})
 
 
 def json_copy(value: Any) -> Any:

@@ -11,15 +11,16 @@ those), and ``Set-Cookie`` (a backend's session is not the client's business).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 Headers = list[tuple[bytes, bytes]]
 
 # The connection-level (hop-by-hop) headers, RFC 9110 §7.6.1 plus the older Keep-Alive,
 # Proxy-Connection and Trailer: they describe one connection, so no proxy, mock or replay passes them on.
-HOP_BY_HOP = frozenset(
+HOP_BY_HOP: Final = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
-NOT_RETURNED = HOP_BY_HOP | frozenset(
+NOT_RETURNED: Final = HOP_BY_HOP | frozenset(
     {
         b"proxy-authenticate",
         b"content-length",
@@ -30,8 +31,8 @@ NOT_RETURNED = HOP_BY_HOP | frozenset(
         b"content-location",
     }
 )
-_RETRY = (b"retry-after", b"retry-after-ms")
-_RATE_PREFIX = b"x-ratelimit-"
+_RETRY: Final = (b"retry-after", b"retry-after-ms")
+_RATE_PREFIX: Final = b"x-ratelimit-"
 
 
 def is_hop_by_hop(name: str | bytes) -> bool:

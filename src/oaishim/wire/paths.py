@@ -27,23 +27,24 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 from urllib.parse import quote, unquote, urlsplit
 
 __all__ = ["BadTarget", "PassRule", "allowed", "join_upstream", "normalize_path", "parse_rule", "quote_query"]
 
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
+_UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # Decoded, these would change how the path splits (or end it) somewhere along the way.
-_REFUSED_ENCODED = {ord("/"): "/", ord("\\"): "\\", ord("?"): "?", ord("#"): "#", ord(";"): ";"}
+_REFUSED_ENCODED: Final = {ord("/"): "/", ord("\\"): "\\", ord("?"): "?", ord("#"): "#", ord(";"): ";"}
 # A path already canonical, the common case: no escape, no backslash, no "//", no segment starting with "."
-_PLAIN = re.compile(rb"/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*")
+_PLAIN: Final = re.compile(rb"/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*")
 # Canonical paths already found for plain targets (the same few endpoints on every request): a dict
 # lookup instead of the regex and two searches; bounded (256 paths of 128 bytes at most), as _PLAIN
 # admits any number of paths.
-_SEEN: dict[bytes, str] = {}
-_SEEN_MAX = 256
+_SEEN: Final[dict[bytes, str]] = {}
+_SEEN_MAX: Final = 256
 # Query bytes sent on as they are: RFC 3986 query characters, with "%" for escapes already there.
-_QUERY_SAFE = "-._~!$&'()*+,;=:@/?%"
+_QUERY_SAFE: Final = "-._~!$&'()*+,;=:@/?%"
 
 
 class BadTarget(ValueError):

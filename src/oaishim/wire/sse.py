@@ -40,12 +40,13 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass
+from typing import Final
 
 _utf8_decode = codecs.utf_8_decode
 
 __all__ = ["DONE", "EventTooLarge", "SSEDecoder", "SSEEvent", "encode_data", "encode_event", "is_done"]
 
-_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_END: Final = re.compile(r"\r\n|\r|\n")
 
 DONE: bytes = b"data: [DONE]\n\n"
 """The sentinel OpenAI sends as the last event of a stream."""

@@ -15,12 +15,12 @@ Values the official API refuses never get here (``transform.validate`` answers i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from oaishim.profiles._base import Profile
 from oaishim.profiles._reasoning_effort import OFF_EFFORTS
 
-FIELD = "reasoning_effort"
+FIELD: Final = "reasoning_effort"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Thinking:
     added: tuple[str, ...] = ()  # the chat_template_kwargs switches the gateway set (not the client's own)
 
 
-THINKING_ON = Thinking()  # what a request without reasoning_effort (or with thinking on) gets
+THINKING_ON: Final = Thinking()  # what a request without reasoning_effort (or with thinking on) gets
 
 
 def translate(client: dict[str, Any], out: dict[str, Any], profile: Profile, dropped: list[str]) -> Thinking:

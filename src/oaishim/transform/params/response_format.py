@@ -16,7 +16,7 @@ API refuses an invalid schema; ``$ref`` to anything outside the schema is never 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import jsonschema_rs
 
@@ -25,7 +25,7 @@ from oaishim.profiles._response_format import ViolationPolicy
 from oaishim.wire.errors import bad_request
 
 FormatKind = Literal["json_object", "json_schema"]
-OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+OBJECT_SCHEMA: Final[dict[str, Any]] = {"type": "object"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ Hints that change nothing about the answer (cache keys, service tier) are accept
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform.validate._errors import (
     invalid_type,
@@ -26,7 +26,7 @@ from oaishim.wire.errors import OpenAIError, bad_request
 
 __all__ = ["INCLUDABLE", "check_request", "unsupported"]
 
-INCLUDABLE = (
+INCLUDABLE: Final = (
     "file_search_call.results",
     "web_search_call.results",
     "web_search_call.action.sources",
@@ -36,12 +36,12 @@ INCLUDABLE = (
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 )
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-SUMMARIES = ("auto", "concise", "detailed")
-VERBOSITY = ("low", "medium", "high")
+EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+SUMMARIES: Final = ("auto", "concise", "detailed")
+VERBOSITY: Final = ("low", "medium", "high")
 
 # Every top-level field of CreateResponse: read by the mapper, echoed, or accepted as a hint.
-_KNOWN = frozenset(
+_KNOWN: Final = frozenset(
     {
         "model",
         "input",
@@ -80,7 +80,7 @@ _KNOWN = frozenset(
     }
 )
 # Defined by the official API, but they need state or services the gateway does not have.
-_UNSUPPORTED = {
+_UNSUPPORTED: Final = {
     "conversation": "conversations are not stored by this server; send the history in 'input' or use "
     "'previous_response_id'",
     "prompt": "stored prompt templates are not available on this server; send the instructions and input",

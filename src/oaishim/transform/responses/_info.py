@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform.ids import random_hex
 from oaishim.wire.errors import OpenAIError
@@ -29,8 +29,8 @@ __all__ = [
 ]
 
 IdFactory = Callable[[str], str]
-INCLUDE_ENCRYPTED = "reasoning.encrypted_content"
-INCLUDE_LOGPROBS = "message.output_text.logprobs"
+INCLUDE_ENCRYPTED: Final = "reasoning.encrypted_content"
+INCLUDE_LOGPROBS: Final = "message.output_text.logprobs"
 
 
 def new_id(prefix: str) -> str:
@@ -38,10 +38,10 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{random_hex(24)}"
 
 
-_ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{48})[0-9a-f]{4}")
+_ITEM_ID: Final = re.compile(r"[a-z]+_([0-9a-f]{48})[0-9a-f]{4}")
 
 
-_HEX2 = [f"{n:02x}" for n in range(256)]
+_HEX2: Final = [f"{n:02x}" for n in range(256)]
 
 
 class _ItemIds:
@@ -225,7 +225,7 @@ def responses_usage(chat_usage: Any) -> dict[str, Any] | None:
 
 # Codes a Responses client acts on (Codex: context window, quota, retry after a rate limit); an
 # OpenAIError that already carries one keeps it.
-_KEPT_CODES = frozenset(
+_KEPT_CODES: Final = frozenset(
     {"context_length_exceeded", "rate_limit_exceeded", "insufficient_quota", "server_error", "invalid_prompt"}
 )
 

@@ -13,7 +13,7 @@ Each item is also kept, with an id, as ``GET /v1/responses/{id}/input_items`` li
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -23,8 +23,8 @@ from oaishim.wire.errors import bad_request
 
 __all__ = ["InputMapper"]
 
-ROLES = ("user", "system", "developer", "assistant")
-ITEM_TYPES = (
+ROLES: Final = ("user", "system", "developer", "assistant")
+ITEM_TYPES: Final = (
     "message",
     "function_call",
     "function_call_output",
@@ -32,7 +32,7 @@ ITEM_TYPES = (
     "custom_tool_call_output",
     "reasoning",
 )
-_ID_PREFIX = {
+_ID_PREFIX: Final = {
     "message": "msg",
     "function_call": "fc",
     "function_call_output": "fco",

@@ -17,7 +17,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -25,8 +25,8 @@ from oaishim.wire.errors import OpenAIError, bad_request
 
 __all__ = ["open_reasoning", "seal_reasoning"]
 
-_PREFIX = "rsn1"
-_VERSION = 1
+_PREFIX: Final = "rsn1"
+_VERSION: Final = 1
 
 
 def _b64(data: bytes) -> str:

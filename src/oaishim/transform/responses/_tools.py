@@ -22,14 +22,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform.validate._errors import empty_array, invalid_type, invalid_value, missing
 from oaishim.wire.errors import bad_request
 
 __all__ = ["HOSTED_TOOLS", "MappedTools", "map_text_format", "map_tool_choice", "map_tools"]
 
-HOSTED_TOOLS = (
+HOSTED_TOOLS: Final = (
     "web_search",
     "web_search_preview",
     "web_search_preview_2025_03_11",
@@ -44,7 +44,7 @@ HOSTED_TOOLS = (
     "shell",
     "apply_patch",
 )
-_CUSTOM_PARAMETERS = {
+_CUSTOM_PARAMETERS: Final = {
     "type": "object",
     "properties": {"input": {"type": "string", "description": "The tool's free-form input."}},
     "required": ["input"],

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -38,13 +38,13 @@ from oaishim.wire.errors import OpenAIError, upstream_error
 
 __all__ = ["HeldTerminal", "ResponsesStreamEncoder", "frame"]
 
-_CUT = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_CUT: Final = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 # A text delta's frame up to its sequence number, as frame() writes it: then the place, the
 # delta and the empty logprobs (the key order of OutputBuilder.text's event after _emit's two).
-_DELTA_HEAD = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
-_DELTA_TAIL = b',"logprobs":[]}\n\n'
+_DELTA_HEAD: Final = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
+_DELTA_TAIL: Final = b',"logprobs":[]}\n\n'
 
 
 def frame(event: dict[str, Any]) -> bytes:

@@ -52,7 +52,7 @@ feeds (the tests check both at every split point).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from oaishim.transform.pieces import CallStart, Piece, Text
 from oaishim.transform.toolcalls._frames import Frame, Out
@@ -63,13 +63,13 @@ from oaishim.transform.toolcalls._minimax import Minimax
 from oaishim.transform.toolcalls._mistral import Mistral
 
 ToolFormat = Literal["hermes", "minimax", "llama3", "mistral"]
-ALL_FORMATS: tuple[ToolFormat, ...] = ("hermes", "minimax", "llama3", "mistral")
+ALL_FORMATS: Final[tuple[ToolFormat, ...]] = ("hermes", "minimax", "llama3", "mistral")
 
-_PYTHON_TAG = "<|python_tag|>"
+_PYTHON_TAG: Final = "<|python_tag|>"
 
 # The opening markers of the tagged formats; Llama JSON has none and is found at the start only.
-_MARKERS: dict[str, str] = {"hermes": "<tool_call>", "minimax": "<minimax:tool_call>", "mistral": "[TOOL_CALLS]"}
-_FRAMES: dict[str, Callable[[Out, str, str, Collection[str]], Frame]] = {
+_MARKERS: Final[dict[str, str]] = {"hermes": "<tool_call>", "minimax": "<minimax:tool_call>", "mistral": "[TOOL_CALLS]"}
+_FRAMES: Final[dict[str, Callable[[Out, str, str, Collection[str]], Frame]]] = {
     "<tool_call>": Hermes,
     "<minimax:tool_call>": Minimax,
     "[TOOL_CALLS]": Mistral,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform.ids import call_id
 from oaishim.transform.pieces import CallArgs, CallStart, Piece, Text, merge
 from oaishim.transform.toolcalls._json import DONE, KEY, MEMBER, START, Bad, Json
 
-_ARGS_KEYS = frozenset({"arguments", "parameters"})
-_ARGS_KINDS = {"{": "object", '"': "string", "n": "null"}
+_ARGS_KEYS: Final = frozenset({"arguments", "parameters"})
+_ARGS_KINDS: Final = {"{": "object", '"': "string", "n": "null"}
 
 
 class ObjectCall:

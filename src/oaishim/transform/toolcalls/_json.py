@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Final
 
-_JSON_WS = " \t\n\r"
+_JSON_WS: Final = " \t\n\r"
 
 
 class Bad(Exception):
@@ -23,10 +24,10 @@ class Bad(Exception):
 
 # What a step of Json reports about the members of the outer object (a bit set).
 KEY, START, MEMBER, DONE = 1, 2, 4, 8
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_NUMBER_CHARS = frozenset("0123456789+-.eE")
-_HEX = frozenset("0123456789abcdefABCDEF")
-_LITERALS = ("true", "false", "null")
+_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER_CHARS: Final = frozenset("0123456789+-.eE")
+_HEX: Final = frozenset("0123456789abcdefABCDEF")
+_LITERALS: Final = ("true", "false", "null")
 
 
 class Json:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform.toolcalls._frames import Frame, Out
 from oaishim.transform.toolcalls._json import Bad
 
-_PARAMETER_END = "</parameter>"
-_MINIMAX_END = "</minimax:tool_call>"
+_PARAMETER_END: Final = "</parameter>"
+_MINIMAX_END: Final = "</minimax:tool_call>"
 
 
 class Minimax(Frame):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from oaishim.transform.validate._errors import (
     empty_array,
@@ -23,10 +23,10 @@ from oaishim.wire.errors import OpenAIError, bad_request
 Endpoint = Literal["chat", "completions", "embeddings"]
 Kind = Literal["integer", "number", "boolean", "string", "object"]
 
-ROLES = ("system", "assistant", "user", "function", "tool", "developer")
-TOOL_CHOICES = ("none", "auto", "required")
-TOOL_TYPES = ("function", "custom")
-MAX_STOP = 4
+ROLES: Final = ("system", "assistant", "user", "function", "tool", "developer")
+TOOL_CHOICES: Final = ("none", "auto", "required")
+TOOL_TYPES: Final = ("function", "custom")
+MAX_STOP: Final = 4
 
 _CHAT: frozenset[Endpoint] = frozenset({"chat"})
 _COMPLETIONS: frozenset[Endpoint] = frozenset({"completions"})
@@ -72,11 +72,11 @@ _FIELDS: tuple[_Field, ...] = (
 )
 
 # Each endpoint's fields, in _FIELDS' order (the first failure is the one reported)
-_FIELDS_OF: dict[Endpoint, tuple[_Field, ...]] = {
+_FIELDS_OF: Final[dict[Endpoint, tuple[_Field, ...]]] = {
     endpoint: tuple(spec for spec in _FIELDS if endpoint in spec.endpoints) for endpoint in get_args(Endpoint)
 }
 
-_EXPECTED: dict[Kind, str] = {
+_EXPECTED: Final[dict[Kind, str]] = {
     "integer": "an integer",
     "number": "a number",
     "boolean": "a boolean",
@@ -277,7 +277,7 @@ def _check_pairs(body: dict[str, Any]) -> None:
 # What each endpoint checks, in the order the first failure is reported: its required field, the
 # known fields one by one, then these. Chat's are called by name in check_fields (compiled, a direct
 # call, where one through this table is a generic call).
-_STEPS: dict[Endpoint, tuple[Callable[[dict[str, Any]], None], ...]] = {
+_STEPS: Final[dict[Endpoint, tuple[Callable[[dict[str, Any]], None], ...]]] = {
     "completions": (lambda b: _check_prompt(b, "prompt"), _check_stop, _check_pairs),
     "embeddings": (lambda b: _check_prompt(b, "input"),),
 }

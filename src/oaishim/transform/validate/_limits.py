@@ -9,7 +9,7 @@ surrogates (``"\\ud800"``, not UTF-8). One walk over the body finds all of these
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 from oaishim.transform.validate._errors import out_of_range, param_path
 from oaishim.wire.errors import bad_request
@@ -19,7 +19,7 @@ from oaishim.wire.errors import bad_request
 # (the official structured outputs allow 10 such levels, ~30 in all). 128 leaves four times that,
 # and stays half of orjson's encoding limit (254), so an accepted body can always be re-encoded, also
 # inside the few levels a capture record or an error envelope wraps around it.
-MAX_DEPTH = 128
+MAX_DEPTH: Final = 128
 # The official API reads integers as int64 (``seed`` is the widest it documents), and a backend that
 # decodes into 64-bit integers fails on wider ones.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import jsonschema_rs
 import orjson
@@ -35,11 +35,11 @@ from oaishim.transform.validate._errors import (
 )
 from oaishim.wire.errors import OpenAIError, bad_request
 
-BUNDLE_PATH = Path(__file__).with_name("request_schemas.json")
-_K = jsonschema_rs.ValidationErrorKind
-_UNIONS = (_K.AnyOf, _K.OneOfNotValid)
-_DISCRIMINATORS = frozenset({"role", "type"})
-_NOUNS = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean", "object": "object"}
+BUNDLE_PATH: Final = Path(__file__).with_name("request_schemas.json")
+_K: Final = jsonschema_rs.ValidationErrorKind
+_UNIONS: Final = (_K.AnyOf, _K.OneOfNotValid)
+_DISCRIMINATORS: Final = frozenset({"role", "type"})
+_NOUNS: Final = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean", "object": "object"}
 
 
 @cache
