@@ -251,7 +251,7 @@ def test_a_compiled_modules_constants_read_by_its_functions_are_final() -> None:
         for name, nodes in bound.items():
             if len(nodes) != 1 or name in rebound or name in skip or name not in read:
                 continue
-            if not (name == "log" or name.lstrip("_")[:1].isupper() and name.upper() == name):
+            if not (name == "log" or (name.lstrip("_")[:1].isupper() and name.upper() == name)):
                 continue
             node = nodes[0]
             if isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation).startswith(("Final", "TypeAlias")):
