@@ -20,12 +20,19 @@ HEAD_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-len
 GET_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 
+async def _next_request(reader: asyncio.StreamReader) -> bytes:
+    """The next request's line, its headers read past (b"" once the client has closed)."""
+    line = await reader.readline()
+    if line:
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+    return line
+
+
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Answers each request by its method, on one kept-alive connection (no body is ever sent)."""
     try:
-        while line := await reader.readline():
-            while (await reader.readline()) not in (b"\r\n", b""):
-                pass
+        while line := await _next_request(reader):
             writer.write(HEAD_ANSWER if line.startswith(b"HEAD ") else GET_ANSWER)
             await writer.drain()
     finally:
@@ -76,9 +83,7 @@ def test_a_pooled_connections_late_head_is_504_at_first_byte_and_the_connection_
             nonlocal answered
             connections.append(writer)
             try:
-                while await reader.readline():
-                    while (await reader.readline()) not in (b"\r\n", b""):
-                        pass
+                while await _next_request(reader):
                     answered += 1
                     if answered == 2:
                         await asyncio.sleep(1.5)  # the second request's head comes late
@@ -127,9 +132,7 @@ async def _cut_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     the same two parts as chunks."""
     CONNECTIONS.append(writer)
     try:
-        while line := await reader.readline():
-            while (await reader.readline()) not in (b"\r\n", b""):
-                pass
+        while line := await _next_request(reader):
             kind, cut = line.split()[1].decode().split("/")[1:]
             n = int(cut)
             if kind == "chunked":
@@ -266,9 +269,7 @@ def test_one_connections_answers_of_every_framing_are_read_in_turn_by_its_one_pa
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         CONNECTIONS.append(writer)
         try:
-            while line := await reader.readline():
-                while (await reader.readline()) not in (b"\r\n", b""):
-                    pass
+            while line := await _next_request(reader):
                 writer.write(answers[line.split()[1]])
                 await writer.drain()
         finally:
@@ -297,9 +298,7 @@ def test_a_kept_alive_connections_head_timer_is_moved_for_each_head_and_fails_on
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while line := await reader.readline():
-                while (await reader.readline()) not in (b"\r\n", b""):
-                    pass
+            while line := await _next_request(reader):
                 await asyncio.sleep(delays[line.split()[1]])
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 await writer.drain()
