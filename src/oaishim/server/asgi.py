@@ -4,7 +4,7 @@ is ``scope``, ``receive`` and ``send``)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -121,9 +121,6 @@ def _partial_tail(data: bytes, needles: tuple[bytes, ...]) -> int:
     return longest
 
 
-_LINE_ENDS: Final[dict[tuple[bytes, ...], bool]] = {}  # needles, and whether none of them holds a line end
-
-
 def scrubbing(send: Send, needles: tuple[bytes, ...]) -> Scrubbing:
     """``send``, with every needle (a secret's bytes) masked in each header value and body piece a
     client is sent, and ``Set-Cookie`` dropped (:class:`Scrubbing`)."""
@@ -149,23 +146,24 @@ class Scrubbing:
         self._send, self._needles = send, needles
         self._held: Message | None = None
         self._tail = b""
-        # no secret holds a line end (keys never do): a piece that ends with one has no tail to
-        # hold, and an SSE event always ends with one (no search for a tail on each chunk)
-        # (the same needles serve every request: the answer is kept)
-        line_ends = _LINE_ENDS.get(needles)
-        if line_ends is None:
-            line_ends = all(n.find(b"\n") == -1 for n in needles)
-            if len(_LINE_ENDS) >= 16:  # (a gateway has one tuple of needles; tests make more)
-                _LINE_ENDS.clear()
-            _LINE_ENDS[needles] = line_ends
-        self._line_ends = line_ends
+        # whether no secret holds a line end (keys never do): then a piece that ends with one has
+        # no tail to hold, and an SSE event always ends with one (no search for a tail on each
+        # chunk). Asked at the first piece that may have a tail (None until then): a whole answer
+        # has none, and never asks
+        self._line_ends: bool | None = None
 
     def body(self, body: bytes, more: bool) -> bytes:
         """``body`` masked, less a tail that may still grow into a secret (held for the next piece),
         plus the tail held from the last; the very same object when nothing changed."""
         tail, needles = self._tail, self._needles
         data = tail + body if tail else body
-        keep = _partial_tail(data, needles) if more and not (self._line_ends and data.endswith(b"\n")) else 0
+        keep = 0
+        if more:
+            line_ends = self._line_ends
+            if line_ends is None:
+                line_ends = self._line_ends = all(n.find(b"\n") == -1 for n in needles)
+            if not (line_ends and data.endswith(b"\n")):
+                keep = _partial_tail(data, needles)
         self._tail = data[len(data) - keep :] if keep else b""
         return scrub_bytes(data[: len(data) - keep] if keep else data, needles)
 
