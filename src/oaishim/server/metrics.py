@@ -63,10 +63,8 @@ class _Series:
         self.sum += value
 
 
-_CLASSES: Final = (
-    "none",
-    *(f"{n}xx" for n in range(1, 10)),
-)  # a status's class, by its first digit (no formatting a request)
+# a status's class, by its first digit (no formatting a request)
+_CLASSES: Final = ("none", *(f"{n}xx" for n in range(1, 10)))
 
 
 class _Histogram(Collector):
