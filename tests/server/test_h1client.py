@@ -9,7 +9,9 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from oaishim.capture.raw import RawResponse
 from oaishim.server import relay
+from oaishim.server.capture_wire import read_wire
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.h1client import Origin, Pool
 from oaishim.server.upstream import Upstreams
@@ -361,3 +363,101 @@ def test_a_media_type_is_the_lower_case_type_without_parameters_each_time_it_is_
         assert _media_type(b"Text/Event-Stream ; charset=utf-8") == "text/event-stream"
         assert _media_type(b"application/json") == "application/json"
         assert _media_type(None) == "application/octet-stream"
+
+
+def test_under_capture_a_connection_notes_each_answers_reads_and_its_end_and_nothing_of_the_next() -> None:
+    """``record_wire``: the list a request's ``SentRequest.wire`` names gets the reads that carried
+    its answer, each with its time, then one empty read when the answer ended; read back
+    (``server.capture_wire``) they give the status and body the gateway read. The connection is kept
+    alive from answer to answer, and no answer's bytes reach another's list."""
+    answers = {path.encode(): answer for path, answer, _, _ in MIXED}
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        CONNECTIONS.append(writer)
+        try:
+            while line := await _next_request(reader):
+                answer = answers[line.split()[1]]
+                for i in range(0, len(answer), 7):  # in pieces, each its own read where the loop allows
+                    writer.write(answer[i : i + 7])
+                    await writer.drain()
+                    await asyncio.sleep(0)
+        finally:
+            writer.close()
+
+    async def scenario() -> list[tuple[list[tuple[int, bytes]] | None, int, bytes]]:
+        got = []
+        CONNECTIONS.clear()
+        async with _upstreams(serve, idle_timeout=2.0) as (upstreams, route):
+            for record in (True, False):
+                upstreams.record_wire = record
+                for path, _, _, _ in MIXED:
+                    response = await upstreams.open(route, "GET", path, None, None)
+                    body = await asyncio.wait_for(relay.read_all(response), 5)
+                    got.append((response.request.wire, response.status, body))
+                    response.close()
+        return got
+
+    got = asyncio.run(scenario())
+    assert len(CONNECTIONS) == 1
+    for (wire, status, body), (_, answer, want_status, want_body) in zip(got, MIXED * 2, strict=True):
+        assert (status, body) == (want_status, want_body)
+        if wire is None:
+            continue  # the second pass: not recording
+        assert b"".join(piece for _, piece in wire) == answer  # all of it, and none of the next
+        assert wire[-1][1] == b"" and all(piece for _, piece in wire[:-1])  # the end, noted once
+        assert [t for t, _ in wire] == sorted(t for t, _ in wire)
+        read = read_wire(RawResponse(0, 0, (), wire, wire=True))
+        assert read is not None and (read.status, read.complete) == (want_status, True)
+        assert b"".join(piece for _, piece in read.reads) == want_body
+    assert [wire is None for wire, _, _ in got] == [False] * len(MIXED) + [True] * len(MIXED)
+
+
+def test_under_capture_an_answer_ended_by_the_close_is_complete_and_one_cut_off_is_not() -> None:
+    """A body without framing ends with the connection (its end noted then); a sized body the
+    backend cuts short gets no end, and the gateway's read of it fails."""
+
+    def closing(answer: bytes) -> Serve:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await _next_request(reader)
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+
+        return serve
+
+    async def scenario(answer: bytes) -> tuple[list[tuple[int, bytes]] | None, bytes | None]:
+        async with _upstreams(closing(answer), idle_timeout=2.0) as (upstreams, route):
+            upstreams.record_wire = True
+            response = await upstreams.open(route, "GET", "/x", None, None)
+            try:
+                body: bytes | None = await asyncio.wait_for(relay.read_all(response), 5)
+            except OpenAIError:
+                body = None
+            response.close()
+            return response.request.wire, body
+
+    wire, body = asyncio.run(scenario(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nto the end"))
+    read = read_wire(RawResponse(0, 0, (), wire or [], wire=True))
+    assert body == b"to the end" and read is not None and read.complete
+    assert b"".join(piece for _, piece in read.reads) == b"to the end"
+    wire, body = asyncio.run(scenario(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"))
+    read = read_wire(RawResponse(0, 0, (), wire or [], wire=True))
+    assert body is None and wire and all(piece for _, piece in wire)  # no end noted
+    assert read is not None and read.status == 200 and not read.complete
+    assert b"".join(piece for _, piece in read.reads) == b"short"
+
+
+def test_under_capture_the_answer_to_head_ends_with_its_head() -> None:
+    async def scenario() -> list[tuple[int, bytes]] | None:
+        async with _upstreams(_serve, idle_timeout=1.0) as (upstreams, route):
+            upstreams.record_wire = True
+            response = await upstreams.open(route, "HEAD", "/version", None, None)
+            assert await asyncio.wait_for(relay.read_all(response), 5) == b""
+            response.close()
+            return response.request.wire
+
+    wire = asyncio.run(scenario())
+    assert wire is not None and b"".join(piece for _, piece in wire) == HEAD_ANSWER and wire[-1][1] == b""
+    read = read_wire(RawResponse(0, 0, (), wire, wire=True), head_only=True)
+    assert read is not None and (read.status, read.reads, read.complete) == (200, [], True)
+    assert read.headers == [(b"content-type", b"application/json"), (b"content-length", b"42")]

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import orjson
 
-from oaishim.capture.raw import HeaderPairs, RawExchange, RawRequest, RawResponse
+from oaishim.capture.raw import Head, RawExchange, RawRequest, RawResponse, head_pairs
 from oaishim.capture.record import (
     VERSION,
     Record,
@@ -48,8 +48,8 @@ def _text(value: str | bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
-def _pairs(headers: HeaderPairs) -> list[tuple[str, str]]:
-    return [(_text(k), _text(v)) for k, v in headers]
+def _pairs(headers: Head) -> list[tuple[str, str]]:
+    return [(_text(k), _text(v)) for k, v in head_pairs(headers)]
 
 
 class _Builder:

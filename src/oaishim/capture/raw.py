@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 HeaderPairs = Sequence[tuple[str | bytes, str | bytes]]
+# A part's headers: the pairs, or the head as it went over the wire (start line, header lines, the
+# blank line), one ``bytes`` where the sender built it whole; ``head_pairs`` reads it
+Head = HeaderPairs | bytes
 Mode = Literal["gateway", "proxy"]
 
 
@@ -24,9 +27,7 @@ class RawRequest:
 
     __slots__ = ("body", "headers", "method", "t_ns", "target")
 
-    def __init__(
-        self, t_ns: int, method: str, target: str, headers: HeaderPairs, body: list[bytes] | None = None
-    ) -> None:
+    def __init__(self, t_ns: int, method: str, target: str, headers: Head, body: list[bytes] | None = None) -> None:
         self.t_ns = t_ns  # when it was received (client side) or sent (upstream side)
         self.method = method
         self.target = target  # path and query (client side) or the full URL (upstream side)
@@ -38,23 +39,29 @@ class RawRequest:
 
 
 class RawResponse:
-    """A response as it passed: its head, each piece of its body with its time, and whether it ended."""
+    """A response as it passed: its head, each piece of its body with its time, and whether it ended.
 
-    __slots__ = ("complete", "headers", "reads", "status", "t_ns")
+    ``wire``: ``reads`` are the network reads that carried the whole response, its head included,
+    as the upstream client noted them, an empty read once it was complete; ``headers`` and
+    ``complete`` are read from them later (``server.capture_wire.read_wire``), off the request path."""
+
+    __slots__ = ("complete", "headers", "reads", "status", "t_ns", "wire")
 
     def __init__(
         self,
         t_ns: int,
         status: int,
-        headers: HeaderPairs,
+        headers: Head,
         reads: list[tuple[int, bytes]] | None = None,
         complete: bool = False,
+        wire: bool = False,
     ) -> None:
         self.t_ns = t_ns  # when the status line and headers were sent (client) or received (upstream)
         self.status = status
         self.headers = headers
         self.reads: list[tuple[int, bytes]] = [] if reads is None else reads  # (time, bytes) of each piece
         self.complete = complete  # the body ended normally (the last piece was sent or read)
+        self.wire = wire
 
     def __repr__(self) -> str:
         return f"RawResponse{_response_tuple(self)!r}"
@@ -96,6 +103,19 @@ class RawExchange:
         return f"RawExchange{to_tuple(self)!r}"
 
 
+def head_pairs(headers: Head) -> list[tuple[str | bytes, str | bytes]]:
+    """A part's headers as pairs: those of a wire head (its start line left out; a line without a
+    colon, which no sender here writes, is kept as a name with an empty value), or the pairs."""
+    if not isinstance(headers, bytes):
+        return list(headers)
+    pairs: list[tuple[str | bytes, str | bytes]] = []
+    for line in headers.split(b"\r\n")[1:]:
+        if line:
+            name, _, value = line.partition(b":")
+            pairs.append((name, value.strip(b" \t")))
+    return pairs
+
+
 # -- one exchange as plain tuples: what crosses to the capture process (server.capture_process) -----
 # serialising tuples of builtins costs less than half what the objects would (their state is
 # gathered in Python), and it is paid by the serving process
@@ -106,7 +126,7 @@ def _request_tuple(r: RawRequest | None) -> tuple[object, ...] | None:
 
 
 def _response_tuple(r: RawResponse | None) -> tuple[object, ...] | None:
-    return None if r is None else (r.t_ns, r.status, r.headers, r.reads, r.complete)
+    return None if r is None else (r.t_ns, r.status, r.headers, r.reads, r.complete, r.wire)
 
 
 def to_tuple(x: RawExchange) -> tuple[object, ...]:

@@ -45,6 +45,7 @@ class CaptureProxy:
             idle_timeout=base.idle_timeout,
         )
         self.upstreams = Upstreams(self.settings)
+        self.upstreams.record_wire = True  # its connections note the reads of each answer (server.capture_wire)
         self.recording = recording
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

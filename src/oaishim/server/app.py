@@ -110,6 +110,8 @@ class Gateway:
         self.started = int(time.time())
         remote = cluster.recording() if cluster is not None else None
         self.recording: Recording | RemoteRecording | None = remote or recording_for(settings)  # --capture DIR
+        if self.recording is not None and isinstance(self.upstreams, Upstreams):
+            self.upstreams.record_wire = True  # its connections note the reads of each answer (server.capture_wire)
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).

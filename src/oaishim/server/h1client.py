@@ -24,6 +24,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any, Final, cast
 
 import httptools
@@ -121,6 +122,7 @@ class Connection(asyncio.Protocol):
         "sink",
         "translate",
         "transport",
+        "wire",
     )
 
     def __init__(self, pool: Pool, origin: Origin) -> None:
@@ -143,6 +145,9 @@ class Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.translate: Callable[[BaseException], BaseException] = _same  # set by the response using it
+        # under capture, each read of this answer with its time, and an empty one when it ended
+        # (set by the request's sender, server.upstream; read back by server.capture_wire)
+        self.wire: list[tuple[int, bytes]] | None = None
         self.head: asyncio.Future[Head] = self._loop.create_future()
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: deque[bytes] = deque()
@@ -174,6 +179,7 @@ class Connection(asyncio.Protocol):
             if head is not None:
                 if head.content_length is None and not head.chunked:
                     self.complete = True  # a body without framing ends with the connection (RFC 9112 6.3)
+                    self._ended()
                 else:
                     fault = "TransferEncodingError" if head.chunked else "ContentLengthError"
                     self._fail(Broken(fault, before_head=False))
@@ -183,6 +189,9 @@ class Connection(asyncio.Protocol):
         self.parser = _GONE  # (it calls this connection's methods: a cycle; nothing more is parsed)
 
     def data_received(self, data: bytes) -> None:
+        wire = self.wire
+        if wire is not None:
+            wire.append((perf_counter_ns(), data))
         if self.idle is not None:
             self._last = self._loop.time()
         try:
@@ -231,6 +240,7 @@ class Connection(asyncio.Protocol):
                 # httptools cannot be told that a HEAD's answer has no body: it is complete now, and
                 # the connection is not reused (the parser would read the next answer as this body)
                 self.complete, self.keep_alive = True, False
+                self._ended()
 
     def on_body(self, body: bytes) -> None:
         sink, waiter = self.sink, self._waiter
@@ -249,7 +259,14 @@ class Connection(asyncio.Protocol):
         self.complete = True
         # asked now: the parser forgets it for the next message (a HEAD's connection is not reused)
         self.keep_alive = self.parser.should_keep_alive() and not self.no_body
+        self._ended()
         self._wake()
+
+    def _ended(self) -> None:
+        """The answer is complete: an empty read says so to a capture of its reads."""
+        wire = self.wire
+        if wire is not None:
+            wire.append((perf_counter_ns(), b""))
 
     # -- the exchange ----------------------------------------------------------------------------
     def request(self, head: bytes, body: bytes | None, *, no_body: bool = False) -> None:
@@ -437,6 +454,7 @@ class Connection(asyncio.Protocol):
         """The response is no longer wanted: back to the pool if it was read to its end on a
         connection that stays open, otherwise closed at once (which stops the backend)."""
         self.sink = None
+        self.wire = None  # (what comes after is no longer this answer's)
         if self._counted:
             self._counted = False
             self._pool.in_flight -= 1

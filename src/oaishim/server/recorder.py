@@ -7,7 +7,11 @@ headers (``upstream_sent``), each upstream read (``upstream_read``), each piece 
 arrive (``server.direct``) are noted there too: the upstream's by :class:`RecordingSink`, which
 stands between the connection and the direct path's sink, the client's by :class:`RecordingWrite`,
 which wraps the direct write; so is an answer the server writes whole (``respond``). The upstream
-side reaches the recorder through :class:`RecordingUpstream`, the seam's wrapper for a capture. It
+side reaches the recorder through :class:`RecordingUpstream`, the seam's wrapper for a capture.
+The gateway's own upstream client hands over what crossed the wire instead: the request's head as
+it wrote it, and the list its connection appends each read of the answer to (``SentRequest``'s
+``head`` and ``wire``, read back by ``server.capture_wire``), so its answers go unwrapped; another
+upstream's (a test's fake) are noted read by read through the wrappers below. It
 only reads a clock and appends references to lists; the record is built, redacted, checked and
 written later, by the store's thread (``capture.store``) or the capture process, and ``end``
 never blocks.
@@ -90,10 +94,16 @@ class Recorder:
     def upstream_sent(self, t_ns: int, response: UpstreamResponse, body: bytes | None) -> RawResponse:
         """The upstream request (sent at ``t_ns``) and its response's head, received now."""
         sent = response.request
-        request = RawRequest(t_ns, sent.method, sent.url, sent.headers)
+        head = sent.head  # the head as written, whole (one object to frame), when the client gives it
+        request = RawRequest(t_ns, sent.method, sent.url, head if head is not None else sent.headers)
         request.body.append(body or b"")
         self.raw.upstream_request = request
-        opened = self.raw.upstream_response = RawResponse(now(), response.status, list(response.headers))
+        wire = sent.wire
+        if wire is not None:  # the connection notes the reads of the answer itself: its head is in them
+            opened = RawResponse(now(), response.status, (), wire, wire=True)
+        else:
+            opened = RawResponse(now(), response.status, list(response.headers))
+        self.raw.upstream_response = opened
         return opened
 
     def end(self, error: str | None = None) -> None:
@@ -257,6 +267,8 @@ class RecordingUpstream(UpstreamWrapper):
         started = now()
         response = await self.inner.open(route, method, path, body, content_type, headers)
         opened = self.recorder.upstream_sent(started, response, body)
+        if opened.wire:  # its connection notes every read (server.h1client): nothing to wrap
+            return response
         if hasattr(response, "attach"):  # the raw connection's: its pieces can be relayed direct
             return AttachableRecordingResponse(response, self.recorder, opened)
         return RecordingResponse(response, self.recorder, opened)

@@ -20,6 +20,7 @@ from oaishim.capture.redact import Redactor
 from oaishim.capture.store import CaptureWriter
 from oaishim.check import CheckOptions
 from oaishim.server.asgi import Scope
+from oaishim.server.capture_wire import settle_wire
 from oaishim.server.config import Settings
 from oaishim.server.recorder import Recorder, RecordingUpstream, Submit
 
@@ -101,7 +102,9 @@ class Recording:
         )
 
     def _build(self, raw: RawExchange) -> tuple[Record, bytes]:
-        """In the writer thread: the checker runs while its budget lasts."""
+        """In the writer thread: the checker runs while its budget lasts. An upstream answer
+        noted as its reads is read back first (``server.capture_wire``)."""
+        settle_wire(raw)
         if not (self.run_checker and self.budget.allow()):
             return build_record(raw, self.redactor, run_checker=False)
         started = time.thread_time()

@@ -26,14 +26,28 @@ RawHeaders = Sequence[tuple[bytes, bytes]]
 
 @dataclass(slots=True, init=False)  # its own __init__, compiled (dataclasses' is interpreted: one a request)
 class SentRequest:
-    """The request as it went to the backend (for a record): the replica's URL, the headers sent."""
+    """The request as it went to the backend (for a record): the replica's URL, and the head as
+    written (request line, header lines, blank line) when the client wrote one, else the headers
+    sent. A record takes the head whole: one ``bytes`` crosses to the capture process where a list
+    of pairs was a dozen objects (bench/README.md, "The wire round"). ``wire``: when the client
+    notes the reads that carry the answer (under capture), the list it appends them to, each with
+    its time, and an empty read once the answer is complete (``server.capture_wire`` reads them back)."""
 
     method: str
     url: str
     headers: list[tuple[str, str]]
+    head: bytes | None
+    wire: list[tuple[int, bytes]] | None
 
-    def __init__(self, method: str, url: str, headers: list[tuple[str, str]] | None = None) -> None:
-        self.method, self.url = method, url
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[str, str]] | None = None,
+        head: bytes | None = None,
+        wire: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.method, self.url, self.head, self.wire = method, url, head, wire
         self.headers = [] if headers is None else headers
 
 

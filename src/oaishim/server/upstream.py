@@ -105,8 +105,10 @@ class Upstreams:
         self.pool: Pool | None = None
         self.replicas = {route.name: Replicas(route) for route in settings.models}
         self._joined: dict[tuple[str, str], Target] = {}
-        # each route's fixed headers (per content type), and their lines as a request head has them
-        self._fixed: dict[tuple[str, str | None], tuple[list[tuple[str, str]], str]] = {}
+        # each route's fixed headers (per content type) as a request head has their lines
+        self._fixed: dict[tuple[str, str | None], str] = {}
+        # under capture: each connection notes the reads of the answer it carries (SentRequest.wire)
+        self.record_wire = False
 
     async def start(self) -> None:
         # An idle connection is dropped before the backend would drop it: llama.cpp (cpp-httplib),
@@ -152,11 +154,8 @@ class Upstreams:
         total = settings.total_timeout
         deadline = None if total is None else loop.time() + total
         if headers is None:
-            fixed, fixed_lines = self._fixed_for(route, content_type)
+            fixed_lines = self._fixed_for(route, content_type)
             scoped = request_scoped_headers()
-            sent_headers = [*fixed, *scoped]
-        else:
-            sent_headers = headers
         last: str | None = None
         connect_timed_out = False
         for base in self.replicas[route.name].order():
@@ -164,7 +163,7 @@ class Upstreams:
             if headers is None:  # the gateway's own: the fixed lines as rendered once, then this request's
                 head = _own_head(method, where, fixed_lines, scoped, body)
             else:
-                head = _request_head(method, where, sent_headers, body)
+                head = _request_head(method, where, headers, body)
             for _try in (1, 2):
                 # the wait for the head ends at first_byte_timeout, or at the total deadline if sooner
                 left = None if deadline is None else deadline - loop.time()
@@ -174,12 +173,14 @@ class Upstreams:
                 conn = pool.take(where.origin)
                 try:
                     if conn is not None:  # a pooled connection: the head's wait is a timer on its future
+                        conn.wire = [] if self.record_wire else None
                         conn.request(head, body, no_body=method == "HEAD")
                         got = await conn.head_within(head_wait)
                     else:
                         async with asyncio.timeout(head_wait):
                             conn, failed = await self._connect(pool, where.origin, base)
                             if conn is not None:
+                                conn.wire = [] if self.record_wire else None
                                 conn.request(head, body, no_body=method == "HEAD")
                                 got = await conn.head
                         if conn is None:  # this replica is out: the next one
@@ -212,7 +213,9 @@ class Upstreams:
                     if conn is not None:
                         conn.done()  # cancelled (the client left): the backend stops now
                     raise
-                return H1Response(conn, got, SentRequest(method, where.url, sent_headers), settings, deadline)
+                return H1Response(
+                    conn, got, SentRequest(method, where.url, head=head, wire=conn.wire), settings, deadline
+                )
         if connect_timed_out:
             raise OpenAIError(
                 504,
@@ -227,12 +230,13 @@ class Upstreams:
             code="upstream_unreachable",
         )
 
-    def _fixed_for(self, route: ModelRoute, content_type: str | None) -> tuple[list[tuple[str, str]], str]:
+    def _fixed_for(self, route: ModelRoute, content_type: str | None) -> str:
         key = (route.name, content_type)
         found = self._fixed.get(key)
         if found is None:
-            fixed = fixed_headers(route, content_type)
-            found = self._fixed[key] = (fixed, "".join(f"{name}: {value}\r\n" for name, value in fixed))
+            found = self._fixed[key] = "".join(
+                f"{name}: {value}\r\n" for name, value in fixed_headers(route, content_type)
+            )
         return found
 
     async def _connect(self, pool: Pool, origin: Origin, base: str) -> tuple[Connection | None, tuple[str, bool]]:

@@ -1,0 +1,109 @@
+"""What ``serve --capture`` costs under `bench/run`'s plain load: wrk at concurrency 32, capture off
+and on, one worker, for one or more builds of oaishim, rounds interleaved.
+
+`bench/capture_cost.py` asks the same question with streams and its own load generator; this one
+uses the load `bench/run` judges the goal by (wrk, a plain chat request, `bench/upstream.py`), and
+splits the CPU time between the serving process and the rest of the gateway's tree (the capture
+process) while the load runs, from /proc.
+
+    .venv/bin/python bench/capture_c32.py [--src build/compiled-core/A,build/compiled-core/B] [--rounds 3] [--seconds 5]
+
+``--src``: source folders (a compiled core, or a ``git archive``'s ``src``) run on this
+checkout's venv; none: the venv's own install. Prints one line a case: the wall-clock p50 (ms,
+the direct path's not subtracted), the serving process's CPU a request (µs), the rest of the
+tree's (µs), and requests a second, each as the sorted values of the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paths
+import procstat
+from compare import PLAIN_TOKENS, free_port, post, request_body
+
+BENCH = Path(__file__).resolve().parent
+
+
+def start(src: Path | None, capture: bool, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+    name = "oaishim_capture" if capture else "oaishim"
+    port = free_port()
+    sources = {name: paths.source_folder(src)} if src is not None else {}
+    spec = paths.launch(name, upstream, port, Path(tempfile.mkdtemp(prefix="capture-c32-")), sources)
+    proc = subprocess.Popen(
+        spec.argv, env=spec.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    deadline = time.monotonic() + 120
+    while True:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            if post(url, request_body(4, False), timeout=2) == 200:
+                return proc, url
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"oaishim ({src or 'venv'}) did not start")
+        time.sleep(0.02)
+
+
+def wrk(url: str, connections: int, seconds: float) -> dict[str, float]:
+    env = {**os.environ, "BENCH_BODY": request_body(PLAIN_TOKENS, False).decode()}
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(BENCH / "wrk.lua"), url]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
+def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Namespace) -> tuple[float, ...]:
+    proc, url = start(src, capture, upstream)
+    try:
+        wrk(url, 4, 1)  # warm up
+        time.sleep(0.3)
+        tree = sorted(procstat.tree(proc.pid))
+        serving, rest = tree[-1:], tree[:-1]  # forked in this order: the parent, the capture process, the worker
+        s0, r0 = procstat.cpu_seconds(serving), procstat.cpu_seconds(rest)
+        got = wrk(url, args.concurrency, args.seconds)
+        s1, r1 = procstat.cpu_seconds(serving), procstat.cpu_seconds(rest)
+        n = got["requests"]
+        return got["p50_us"] / 1000, (s1 - s0) / n * 1e6, (r1 - r0) / n * 1e6, n / args.seconds
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--src", default="", help="comma-separated source folders (default: the venv's install)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    sources: list[Path | None] = [Path(s) for s in args.src.split(",") if s] or [None]
+    up_port = free_port()
+    upstream = subprocess.Popen([sys.executable, str(BENCH / "upstream.py"), str(up_port)], stdout=subprocess.PIPE)
+    assert upstream.stdout is not None
+    upstream.stdout.readline()
+    results: dict[str, list[tuple[float, ...]]] = {}
+    try:
+        for _ in range(args.rounds):  # interleaved: a drifting machine touches every case alike
+            for src in sources:
+                for capture in (False, True):
+                    key = f"{src.name if src else 'venv'} capture {'on' if capture else 'off'}"
+                    results.setdefault(key, []).append(measure(src, capture, f"http://127.0.0.1:{up_port}", args))
+    finally:
+        upstream.terminate()
+    for key, runs in results.items():
+        columns = [sorted(round(run[i], 3 if i == 0 else 1) for run in runs) for i in range(4)]
+        print(f"{key}: p50 ms {columns[0]}  serving µs {columns[1]}  rest µs {columns[2]}  requests/s {columns[3]}")
+
+
+if __name__ == "__main__":
+    main()
