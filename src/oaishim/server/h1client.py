@@ -146,7 +146,7 @@ class Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.translate: Callable[[BaseException], BaseException] = _same  # set by the response using it
         # under capture, each read of this answer with its time, and an empty one when it ended
-        # (set by the request's sender, server.upstream; read back by server.capture_wire)
+        # (made by request() when asked; read back by server.capture_wire)
         self.wire: list[tuple[int, bytes]] | None = None
         self.head: asyncio.Future[Head] = self._loop.create_future()
         self._headers: list[tuple[bytes, bytes]] = []
@@ -269,10 +269,12 @@ class Connection(asyncio.Protocol):
             wire.append((perf_counter_ns(), b""))
 
     # -- the exchange ----------------------------------------------------------------------------
-    def request(self, head: bytes, body: bytes | None, *, no_body: bool = False) -> None:
-        """Write one request; ``no_body``: it is a HEAD, whose answer ends with its head."""
+    def request(self, head: bytes, body: bytes | None, *, no_body: bool = False, record: bool = False) -> None:
+        """Write one request; ``no_body``: it is a HEAD, whose answer ends with its head; ``record``:
+        the answer's reads are noted in a new ``wire`` list (under capture)."""
         assert self.transport is not None
         self.no_body = no_body
+        self.wire = [] if record else None
         pool = self._pool
         if not self._counted:
             self._counted = True

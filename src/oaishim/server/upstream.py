@@ -173,15 +173,13 @@ class Upstreams:
                 conn = pool.take(where.origin)
                 try:
                     if conn is not None:  # a pooled connection: the head's wait is a timer on its future
-                        conn.wire = [] if self.record_wire else None
-                        conn.request(head, body, no_body=method == "HEAD")
+                        conn.request(head, body, no_body=method == "HEAD", record=self.record_wire)
                         got = await conn.head_within(head_wait)
                     else:
                         async with asyncio.timeout(head_wait):
                             conn, failed = await self._connect(pool, where.origin, base)
                             if conn is not None:
-                                conn.wire = [] if self.record_wire else None
-                                conn.request(head, body, no_body=method == "HEAD")
+                                conn.request(head, body, no_body=method == "HEAD", record=self.record_wire)
                                 got = await conn.head
                         if conn is None:  # this replica is out: the next one
                             last, connect_timed_out = failed
