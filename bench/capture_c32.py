@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paths
 import procstat
-from compare import PLAIN_TOKENS, free_port, post, request_body
+from compare import free_port, post, request_body, wrk
 
 BENCH = Path(__file__).resolve().parent
 
@@ -52,14 +50,6 @@ def start(src: Path | None, capture: bool, upstream: str) -> tuple[subprocess.Po
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"oaishim ({src or 'venv'}) did not start")
         time.sleep(0.02)
-
-
-def wrk(url: str, connections: int, seconds: float) -> dict[str, float]:
-    env = {**os.environ, "BENCH_BODY": request_body(PLAIN_TOKENS, False).decode()}
-    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(BENCH / "wrk.lua"), url]
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
-    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    return figures
 
 
 def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Namespace) -> tuple[float, ...]:

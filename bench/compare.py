@@ -70,6 +70,18 @@ def post(url: str, body: bytes, timeout: float = 5.0) -> int:
         conn.close()
 
 
+def wrk(url: str, connections: int, seconds: float) -> dict[str, Any]:
+    """wrk's figures (bench/wrk.lua) for the plain request of ``url``'s endpoint, one thread."""
+    body = responses_body(PLAIN_TOKENS, False) if url.endswith("/responses") else request_body(PLAIN_TOKENS, False)
+    env = {**os.environ, "BENCH_BODY": body.decode()}
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(BENCH / "wrk.lua"), url],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
 @dataclass
 class Running:
     name: str
@@ -140,15 +152,6 @@ class Bench:
         return Running(name, url, proc, time.perf_counter() - t0)
 
     # -- load ------------------------------------------------------------------------------------
-    def wrk(self, url: str, connections: int, seconds: float) -> dict[str, Any]:
-        body = responses_body(PLAIN_TOKENS, False) if url.endswith("/responses") else request_body(PLAIN_TOKENS, False)
-        env = {**os.environ, "BENCH_BODY": body.decode()}
-        out = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(BENCH / "wrk.lua"), url],
-            env=env, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        return json.loads(out.strip().splitlines()[-1])
-
     def loadgen(self, *argv: str) -> dict[str, Any]:
         out = subprocess.run([PY, str(BENCH / "loadgen.py"), *argv], capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -188,14 +191,14 @@ class Bench:
             pids = run.pids
             fresh = procstat.rss_kb(pids())
             self.mode()
-            self.wrk(run.url, 4, 1)
+            wrk(run.url, 4, 1)
             self.loadgen("streams", run.url, "--requests", "32", "--concurrency", "4", "--tokens", str(SHORT))
             time.sleep(0.3)
             lap("warm-up")
             m: dict[str, Any] = {"start_s": run.start_s, "rss_fresh_kb": fresh, "rss_idle_kb": procstat.rss_kb(pids())}
             for c in CONCURRENCY:
                 cpu0 = procstat.cpu_seconds(pids())
-                m[f"c{c}"] = self.wrk(run.url, c, a.duration)
+                m[f"c{c}"] = wrk(run.url, c, a.duration)
                 m[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
                 lap(f"plain c{c}")
             if a.saturation:
@@ -231,7 +234,7 @@ class Bench:
         first step's (it stops one step past that)."""
         plain: list[dict[str, Any]] = []
         for c in SATURATION_PLAIN:
-            got = self.wrk(run.url, c, 1)  # (wrk takes whole seconds)
+            got = wrk(run.url, c, 1)  # (wrk takes whole seconds)
             plain.append({"c": c, "rps": got["requests"] / (got["duration_us"] / 1e6), "p99_us": got["p99_us"]})
             if got["p99_us"] > 2 * plain[0]["p99_us"]:
                 break
@@ -260,7 +263,7 @@ class Bench:
         out: dict[str, Any] = {}
         for c in (1, 32):
             cpu0 = procstat.cpu_seconds(pids())
-            out[f"c{c}"] = self.wrk(url, c, self.args.duration)
+            out[f"c{c}"] = wrk(url, c, self.args.duration)
             out[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
         self.mode(gap_ms=1)
         for tokens in (SHORT, LONG):
