@@ -130,6 +130,8 @@ def test_a_gateway_capture_of_a_responses_exchange(tmp_path: Path) -> None:
     assert status == 200 and b"response.completed" in body
     (record,) = CaptureReader(folder).records()
     assert record["client"]["request"]["target"] == "/v1/responses"
+    assert record["profile"] == "generic"  # the profile the request was prepared for (exchange.note)
+    assert record["upstream"]["request"]["target"].endswith("/v1/chat/completions")  # what the bridge sent
     assert [f for f in record["findings"]["client"] if f["severity"] in ("error", "warning")] == []
     final = final_message(record["client"]["response"], record["client"]["request"]["target"])
     assert final["object"] == "response" and final["status"] == "completed"

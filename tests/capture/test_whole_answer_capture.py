@@ -16,6 +16,7 @@ from oaishim.capture.raw import RawExchange, RawResponse
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.server.app import Gateway
+from oaishim.server.capture_wire import read_wire
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.exchange import RESPOND
 from oaishim.server.recorder import RecordingRespond, RecordingSend
@@ -56,9 +57,9 @@ class Extension:
         respond = extensions.pop(RESPOND, None)
         if self.keep and respond is not None:
 
-            def counted(status: int, headers: Any, body: bytes) -> bool:
-                done: bool = respond(status, headers, body)
-                self.written.append(done)
+            def counted(status: int, headers: Any, body: bytes) -> bytes | None:
+                done: bytes | None = respond(status, headers, body)
+                self.written.append(done is not None)
                 return done
 
             extensions[RESPOND] = counted
@@ -107,23 +108,33 @@ def test_the_recording_respond_notes_only_what_was_written(outcome: str) -> None
     raw = RawExchange(0, 0.0, "gateway")
     headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
 
-    def respond(status: int, headers: Any, body: bytes) -> bool:
+    wrote = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+    def respond(status: int, headers: Any, body: bytes) -> bytes | None:
         if outcome == "raised":
             raise ConnectionResetError("the client went away")
-        return outcome == "written"
+        return wrote if outcome == "written" else None
 
     recording = RecordingRespond(raw, respond)
     if outcome == "raised":
         with pytest.raises(ConnectionResetError):
             recording(200, headers, b"{}")
     else:
-        assert recording(200, headers, b"{}") is (outcome == "written")
+        assert recording(200, headers, b"{}") is (wrote if outcome == "written" else None)
     got = raw.client_response
     if outcome == "refused":  # nothing sent: the send chain sends it next, and notes it there
         assert got is None
         return
-    assert got is not None and (got.status, got.headers) == (200, headers)
-    assert (got.reads, got.complete) == (([(got.t_ns, b"{}")], True) if outcome == "written" else ([], False))
+    assert got is not None
+    if outcome == "raised":  # the head as given, nothing written
+        assert (got.status, got.headers, got.reads, got.complete, got.wire) == (200, headers, [], False, False)
+        return
+    # the bytes the server wrote, whole, read back (server.capture_wire) to the head and body
+    assert (got.reads, got.complete, got.wire) == ([(got.t_ns, wrote)], True, True)
+    back = read_wire(got)
+    assert back is not None and not back.wire
+    assert (back.status, back.headers, back.complete) == (200, headers, True)
+    assert back.reads == [(got.t_ns, b"{}")]
 
 
 def test_a_refused_whole_write_is_noted_once_by_the_send_chain() -> None:
@@ -138,7 +149,7 @@ def test_a_refused_whole_write_is_noted_once_by_the_send_chain() -> None:
 
     async def run() -> None:
         headers = [(b"content-type", b"application/json")]
-        assert not RecordingRespond(raw, lambda status, headers, body: False)(200, headers, b"{}")
+        assert RecordingRespond(raw, lambda status, headers, body: None)(200, headers, b"{}") is None
         chain = RecordingSend(raw, send)
         await chain({"type": "http.response.start", "status": 200, "headers": headers})
         await chain({"type": "http.response.body", "body": b"{}"})

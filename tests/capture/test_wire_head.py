@@ -75,6 +75,7 @@ def test_the_gateways_record_holds_the_head_it_wrote(tmp_path: Path) -> None:
             assert post(gw.url + "/v1/chat/completions", CHAT, {"x-request-id": "req_wire_head"})[0] == 200
     ((received, body),) = backend.seen
     request = _upstream_request(folder)
+    assert request["method"] == "POST" and request["target"] == upstream.url + "/v1/chat/completions"
     assert request["headers"] == received  # every line, in the order it went
     names = [name for name, _ in request["headers"]]
     assert names[0] == "host" and ["content-length", str(len(body))] in request["headers"]

@@ -41,8 +41,8 @@ def sink(tmp_path: Path) -> socket.socket:
 FIELDS: dict[type, tuple[str, ...]] = {
     RawExchange: ("t0_ns", "started", "mode", "client_request", "client_response", "upstream_request",
                   "upstream_response", "profile", "end_ns", "error"),
-    RawRequest: ("t_ns", "method", "target", "headers", "body"),
-    RawResponse: ("t_ns", "status", "headers", "reads", "complete"),
+    RawRequest: ("t_ns", "method", "target", "headers", "body", "wire"),
+    RawResponse: ("t_ns", "status", "headers", "reads", "complete", "wire"),
 }  # fmt: skip
 
 
@@ -97,6 +97,21 @@ def test_the_tuple_form_keeps_every_field() -> None:
     payload = encode(raw)
     assert payload[:1] != b"\x80"  # marshalled, not pickled
     assert fields(decode(payload)) == fields(raw)
+
+
+def test_the_tuple_form_keeps_the_wire_forms_and_the_mode() -> None:
+    """A client request noted as its read, an upstream request as its head (its method the head's
+    first word), an answer as its reads, and a proxy's mode, each come back as they went."""
+    raw = exchange(9)
+    t = time.perf_counter_ns()
+    raw.mode = "proxy"
+    raw.client_request = RawRequest(t, "", "", b"PUT /x HTTP/1.1\r\nhost: a\r\n\r\n", wire=True)
+    head = b"DELETE /v1/x HTTP/1.1\r\nhost: u\r\n\r\n"
+    raw.upstream_request = RawRequest(t + 1, "DELETE", "http://u/v1/x", head, [b""])
+    raw.upstream_response = RawResponse(t + 2, 200, (), [(t + 3, b"HTTP/1.1 200 OK\r\n\r\n"), (t + 4, b"")], wire=True)
+    back = decode(encode(raw))
+    assert fields(back) == fields(raw)
+    assert back.upstream_request is not None and back.upstream_request.method == "DELETE"
 
 
 class Name(str):

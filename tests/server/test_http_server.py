@@ -568,7 +568,8 @@ class Whole:
     which must refuse (the response has started)."""
 
     def __init__(self) -> None:
-        self.again: list[bool] = []
+        self.again: list[bytes | None] = []
+        self.written: list[bytes] = []  # what each whole write said it wrote
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -577,7 +578,9 @@ class Whole:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), (b"x-a", b"1")]
         respond = scope["extensions"]["oaishim.respond"]
         if scope["path"] == "/whole":
-            assert respond(201, headers, body)
+            written = respond(201, headers, body)
+            assert written is not None
+            self.written.append(written)
         else:
             await send({"type": "http.response.start", "status": 201, "headers": headers})
             await send({"type": "http.response.body", "body": body})
@@ -599,7 +602,8 @@ def test_a_whole_response_at_once_is_the_same_bytes_as_its_two_messages(request_
     assert undated["/whole"] == undated["/messages"]
     assert undated["/whole"].startswith(b"HTTP/1.1 201 Created\r\n") and b"x-a: 1" in undated["/whole"]
     assert undated["/whole"].endswith(b"\r\n\r\n" if request_line.startswith("HEAD") else b'"}')
-    assert app.again == [False, False]
+    assert app.again == [None, None]
+    assert app.written == [raw["/whole"]]  # what the whole write returns is every byte the client got
 
 
 class Named(Echo):

@@ -23,19 +23,26 @@ Mode = Literal["gateway", "proxy"]
 
 
 class RawRequest:
-    """A request as it passed: its head and the pieces of its body."""
+    """A request as it passed: its head and the pieces of its body.
 
-    __slots__ = ("body", "headers", "method", "t_ns", "target")
+    ``wire``: ``headers`` is the one network read that carried the whole request (its head and
+    body) as the server received it, and ``method``, ``target`` and ``body`` are empty; they are read
+    from it later (``server.capture_wire.read_request``), off the request path."""
 
-    def __init__(self, t_ns: int, method: str, target: str, headers: Head, body: list[bytes] | None = None) -> None:
+    __slots__ = ("body", "headers", "method", "t_ns", "target", "wire")
+
+    def __init__(
+        self, t_ns: int, method: str, target: str, headers: Head, body: list[bytes] | None = None, wire: bool = False
+    ) -> None:
         self.t_ns = t_ns  # when it was received (client side) or sent (upstream side)
         self.method = method
         self.target = target  # path and query (client side) or the full URL (upstream side)
         self.headers = headers
         self.body: list[bytes] = [] if body is None else body
+        self.wire = wire
 
     def __repr__(self) -> str:
-        return f"RawRequest{_request_tuple(self)!r}"
+        return f"RawRequest{(self.t_ns, self.method, self.target, self.headers, self.body, self.wire)!r}"
 
 
 class RawResponse:
@@ -64,7 +71,7 @@ class RawResponse:
         self.wire = wire
 
     def __repr__(self) -> str:
-        return f"RawResponse{_response_tuple(self)!r}"
+        return f"RawResponse{(self.t_ns, self.status, self.headers, self.reads, self.complete, self.wire)!r}"
 
 
 class RawExchange:
@@ -100,7 +107,9 @@ class RawExchange:
         self.error = error
 
     def __repr__(self) -> str:
-        return f"RawExchange{to_tuple(self)!r}"
+        fields = (self.t0_ns, self.started, self.mode, self.client_request, self.client_response)
+        more = (self.upstream_request, self.upstream_response, self.profile, self.end_ns, self.error)
+        return f"RawExchange{fields + more!r}"
 
 
 def head_pairs(headers: Head) -> list[tuple[str | bytes, str | bytes]]:
@@ -118,11 +127,31 @@ def head_pairs(headers: Head) -> list[tuple[str | bytes, str | bytes]]:
 
 # -- one exchange as plain tuples: what crosses to the capture process (server.capture_process) -----
 # serialising tuples of builtins costs less than half what the objects would (their state is
-# gathered in Python), and it is paid by the serving process
+# gathered in Python), and it is paid by the serving process; the mode goes as a bool, as a ``str``
+# is the costliest item to frame
 
 
 def _request_tuple(r: RawRequest | None) -> tuple[object, ...] | None:
-    return None if r is None else (r.t_ns, r.method, r.target, r.headers, r.body)
+    """A request as a tuple: a read's two items, a head's four (its method is the head's first
+    word), else five."""
+    if r is None:
+        return None
+    if r.wire:
+        return (r.t_ns, r.headers)
+    if isinstance(r.headers, bytes):
+        return (r.t_ns, r.target, r.headers, r.body)
+    return (r.t_ns, r.method, r.target, r.headers, r.body)
+
+
+def _request(t: tuple[Any, ...] | None) -> RawRequest | None:
+    if t is None:
+        return None
+    if len(t) == 2:
+        return RawRequest(t[0], "", "", t[1], wire=True)
+    if len(t) == 4:
+        t_ns, target, head, body = t
+        return RawRequest(t_ns, head[: head.find(b" ")].decode("latin-1"), target, head, body)
+    return RawRequest(*t)
 
 
 def _response_tuple(r: RawResponse | None) -> tuple[object, ...] | None:
@@ -131,18 +160,18 @@ def _response_tuple(r: RawResponse | None) -> tuple[object, ...] | None:
 
 def to_tuple(x: RawExchange) -> tuple[object, ...]:
     return (
-        x.t0_ns, x.started, x.mode, _request_tuple(x.client_request), _response_tuple(x.client_response),
+        x.t0_ns, x.started, x.mode == "proxy", _request_tuple(x.client_request), _response_tuple(x.client_response),
         _request_tuple(x.upstream_request), _response_tuple(x.upstream_response), x.profile, x.end_ns, x.error,
     )  # fmt: skip
 
 
 def from_tuple(t: tuple[Any, ...]) -> RawExchange:
-    t0, started, mode, client_req, client_resp, up_req, up_resp, profile, end_ns, error = t
+    t0, started, proxy, client_req, client_resp, up_req, up_resp, profile, end_ns, error = t
     return RawExchange(
-        t0, started, mode,
-        RawRequest(*client_req) if client_req is not None else None,
+        t0, started, "proxy" if proxy else "gateway",
+        _request(client_req),
         RawResponse(*client_resp) if client_resp is not None else None,
-        RawRequest(*up_req) if up_req is not None else None,
+        _request(up_req),
         RawResponse(*up_resp) if up_resp is not None else None,
         profile, end_ns, error,
     )  # fmt: skip

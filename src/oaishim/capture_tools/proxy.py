@@ -46,6 +46,7 @@ class CaptureProxy:
         )
         self.upstreams = Upstreams(self.settings)
         self.upstreams.record_wire = True  # its connections note the reads of each answer (server.capture_wire)
+        self.notes_reads = True  # and the HTTP server the read that carried a whole request (server.http)
         self.recording = recording
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

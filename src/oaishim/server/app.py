@@ -112,6 +112,8 @@ class Gateway:
         self.recording: Recording | RemoteRecording | None = remote or recording_for(settings)  # --capture DIR
         if self.recording is not None and isinstance(self.upstreams, Upstreams):
             self.upstreams.record_wire = True  # its connections note the reads of each answer (server.capture_wire)
+        # the HTTP server notes the read that carried a whole request (server.http), which the recorder keeps
+        self.notes_reads = self.recording is not None
         self.passthrough = tuple(parse_rule(entry) for entry in settings.passthrough)
         # Every secret the gateway knows, masked in whatever a client is sent (a backend that echoes
         # its key in an error, a header that repeats it, a model that was told it).
@@ -205,11 +207,14 @@ class Gateway:
         token = ex.enter()
         if self.tracing is not None and scope["path"] not in UNLOGGED:
             ex.trace = self.tracing.begin(scope, ex)
-        rec = None if self.recording is None or scope["path"] in UNLOGGED else self.recording.begin(scope)
+        rec = None if self.recording is None or scope["path"] in UNLOGGED else self.recording.begin(scope, ex.wall)
         upstream = self.upstreams
         if rec is not None:
             receive, send = rec.wrap(receive, send)
-            upstream = RecordingUpstream(upstream, rec)
+            if isinstance(upstream, Upstreams) and upstream.record_wire:
+                ex.upstream_sent = rec.upstream_sent  # the client hands each request it sent to the recorder
+            else:
+                upstream = RecordingUpstream(upstream, rec)  # another upstream (a test's): noted around it
             ex.direct_body = rec.direct(ex.direct_body)  # pieces written direct are recorded too (server.direct)
             ex.respond = rec.respond(ex.respond)  # an answer written whole is recorded too
         if self.secrets:
@@ -241,7 +246,7 @@ class Gateway:
     def _ended(self, ex: Exchange, token: contextvars.Token[Exchange | None], rec: Recorder | None) -> None:
         """The request is over: its capture, access log line, metrics and span end."""
         if rec is not None:
-            rec.end()
+            rec.end(profile=ex.profile)  # (the profile a generating request was prepared for: exchange.note)
         ended = time.perf_counter()
         self.access.write(ex, ended)
         self.metrics.observe(ex, ended)
@@ -354,8 +359,6 @@ class Gateway:
         )
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         note(route.name, profile.name, prepared)
-        if isinstance(upstream, RecordingUpstream):
-            upstream.recorder.raw.profile = profile.name
         work = self.dispatch.exchange(upstream, route, path, endpoint, prepared, ctx, send, extra, profile)
         await relay.watching_client(receive, work)
 

@@ -184,8 +184,8 @@ class RemoteRecording:
     def close(self) -> None:
         self.writer.close()
 
-    def begin(self, scope: Scope) -> Recorder:
-        return Recorder(self.writer, scope, "gateway")
+    def begin(self, scope: Scope, wall: float = 0.0) -> Recorder:
+        return Recorder(self.writer, scope, "gateway", wall)
 
 
 def frames(buffer: bytearray) -> list[tuple[int, bytes]]:

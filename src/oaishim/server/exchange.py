@@ -56,9 +56,15 @@ DirectBody = Callable[[Any], "tuple[Callable[[], bool], Callable[[bytes], None]]
 # running loop, a getpid() system call each time: 7 % of a plain request's samples under load).
 REQUEST_TASK: Final = "oaishim.request_task"
 # ASGI extension: ``respond(status, headers, body)`` writes a whole sized response at once (no
-# messages); False when it cannot now (the response started, the client's writes are paused).
+# messages) and returns the bytes it wrote (head and body: what a capture records); None when it
+# cannot now (the response started, the client's writes are paused).
 RESPOND: Final = "oaishim.respond"
-Respond = Callable[[int, Headers, bytes], bool]
+Respond = Callable[[int, Headers, bytes], "bytes | None"]
+# scope key (not an extension: no callable) the HTTP server sets under capture (its state's
+# ``note_reads``) on a request that arrived whole in one read, nothing of another request with it:
+# ``(t_ns, read)``, the read's ``perf_counter_ns`` time and its bytes, which a recorder keeps as
+# the request (``server.recorder``) instead of the scope's head and the body's messages.
+READ: Final = "oaishim.read"
 
 log: Final = logging.getLogger("oaishim.exchange")
 MAX_ID: Final = 128
@@ -127,6 +133,7 @@ class Exchange:
         "tokens_out",
         "trace",
         "upstream_fault",
+        "upstream_sent",
         "upstream_status",
         "violations_seen",
         "vkey",
@@ -167,6 +174,9 @@ class Exchange:
         self.repairs: list[str] = []
         self.format_violations = 0  # choices whose answer broke the response_format asked for
         self.violations_seen = False  # what the answer violated was reported (Exchange.violated)
+        # under capture, where the upstream client notes what crossed the wire itself: the
+        # recorder's ``upstream_sent``, which the client calls with each request it sent (server.upstream)
+        self.upstream_sent: Callable[[int, Any, bytes | None], object] | None = None
         self.bytes_out = 0
         self.direct_taken = self.direct_declined = 0  # a stream's reads written direct, or handed back (server.direct)
         self.added = 0.0  # seconds the gateway itself spent (before the upstream request, and rewriting the answer)
@@ -229,7 +239,7 @@ class Exchange:
         sent = body
         if self.scrubbing is not None:
             headers, sent = self.scrubbing.whole(headers, body)
-        if not respond(status, headers, sent):
+        if respond(status, headers, sent) is None:
             return False
         self.status = status
         self.bytes_out += len(body)

@@ -249,16 +249,19 @@ class Cycle:
             self._write(b"")
         self._head = None
 
-    def _write(self, data: bytes) -> None:
-        """``data`` to the client, after the head when it is still held (one write for both)."""
+    def _write(self, data: bytes) -> bytes:
+        """``data`` to the client, after the head when it is still held (one write for both); what
+        was written."""
         head = self._head
         if head is not None:
             self._head = None
             data = head + data
         if data:
             self.conn.write(data)
+        return data
 
-    def _body(self, body: bytes, more: bool) -> None:
+    def _body(self, body: bytes, more: bool) -> bytes:
+        """A body message's piece framed and written; what was written (the head too, if it was held)."""
         if self.chunked:
             data = _chunk(body) if body else b""
             if not more:
@@ -274,12 +277,13 @@ class Cycle:
             if not more and self._left:
                 raise RuntimeError("Response content shorter than Content-Length")
             data = body
-        self._write(data)
+        written = self._write(data)
         if not more:
             self.complete = True
             self.on_gone = None
             self._wake()
             self.conn.answered(self)
+        return written
 
     # -- the connection's extensions for this request ------------------------------------------------
     def watch_gone(self, callback: Callable[[], None]) -> Callable[[], None]:
@@ -304,16 +308,16 @@ class Cycle:
             return None
         return self.writable, self.write_chunk
 
-    def respond(self, status: int, headers: Any, body: bytes) -> bool:
+    def respond(self, status: int, headers: Any, body: bytes) -> bytes | None:
         """A whole sized response (``headers`` with its ``content-length``) written at once, as
-        ``send`` would write its start and its one body message; False, with nothing done, when it
-        cannot go this way (it has started, the client is gone, the client's writes are paused:
-        ``send`` then waits its turn). What ``send`` raises for a response, this raises too."""
+        ``send`` would write its start and its one body message, and the bytes written (its head
+        and body, as one write); None, with nothing done, when it cannot go this way (it has
+        started, the client is gone, the client's writes are paused: ``send`` then waits its turn).
+        What ``send`` raises for a response, this raises too."""
         if self.started or self.disconnected or self.conn.write_paused:
-            return False
+            return None
         self._start(status, headers)
-        self._body(body, False)
-        return True
+        return self._body(body, False)
 
     def writable(self) -> bool:
         """A chunk can go out now: the chunked (or close-ended) body under way, the client reading,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,12 +41,14 @@ from urllib.parse import unquote
 
 import httptools
 
-from oaishim.server.exchange import DIRECT_BODY, ON_GONE, REQUEST_TASK, RESPOND
+from oaishim.server.exchange import DIRECT_BODY, ON_GONE, READ, REQUEST_TASK, RESPOND
 from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
 from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
 
 log: Final = logging.getLogger("oaishim.http")
+# Final: a static once compiled, where an imported name is a module-dict lookup a call
+now: Final = time.perf_counter_ns
 LINGER_SECONDS: Final = 2.0  # how long a refused connection is read and discarded before it is closed
 PIPELINE_MAX: Final = 16  # requests a connection holds behind the one being answered; past it, the last closes it
 _ASGI: Final = {"version": "3.0", "spec_version": "2.3"}
@@ -77,6 +80,7 @@ class ServerState:
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     outbox: Outbox = field(default_factory=Outbox)  # the connections' writes, a turn of the loop at a time
+    note_reads: bool = False  # under capture: a request that came whole in one read gets it in its scope (READ)
 
 
 def _answer(error: OpenAIError, date: bytes) -> bytes:
@@ -91,6 +95,7 @@ _GONE: Final = httptools.HttpRequestParser(object())  # what a lost connection h
 
 class HttpConnection(asyncio.Protocol):
     __slots__ = (
+        "_between",
         "_deadline",
         "_head_bytes",
         "_headers",
@@ -136,6 +141,7 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._in_head = True  # between requests or inside a head: bytes count toward max_header_bytes
+        self._between = True  # no request begun and unfinished: the next byte read begins one
         self._head_bytes = 0
         self._heads = 0  # request heads completed on this connection
         self._waiting_since = 0.0  # when this connection began waiting for a request (eviction order)
@@ -273,6 +279,8 @@ class HttpConnection(asyncio.Protocol):
             self._why = _NONE
         rest = b""
         heads = self._heads
+        # under capture, a read that starts between requests may hold one whole: its time, before parsing
+        t_read = now() if self._between and self.state.note_reads else 0
         if self._in_head:
             room = self.state.limits.max_header_bytes - self._head_bytes
             if len(data) > room:  # feed the head's budget only; the rest after the head is complete
@@ -313,11 +321,22 @@ class HttpConnection(asyncio.Protocol):
             return
         if rest:
             self.data_received(rest)
+        elif t_read and self._heads == heads + 1:
+            self._note_read(t_read, data)
+
+    def _note_read(self, t_ns: int, data: bytes) -> None:
+        """The read began a request and held one request's head: if it held the whole request and
+        nothing after it (no other request begun), the request's scope gets the read (READ), which
+        a recorder keeps as the request."""
+        cycle = self.parsing
+        if cycle is not None and self._between and not cycle.more_body:
+            cycle.scope[READ] = (t_ns, data)
 
     # -- httptools callbacks ---------------------------------------------------------------------
     # After a refusal (or a full pipeline) made inside a callback, the parser still goes on with the
     # rest of the buffer: each callback then does nothing.
     def on_message_begin(self) -> None:
+        self._between = False
         self._url = b""
         self._headers = []
 
@@ -397,6 +416,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._why == _BODY:
             self._why = _NONE
+        self._between = True
         self._in_head = True
         self._head_bytes = 0
         cycle = self.parsing

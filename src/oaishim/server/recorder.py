@@ -6,12 +6,18 @@ headers (``upstream_sent``), each upstream read (``upstream_read``), each piece 
 (``wrap`` again), and the end (``end``). A stream's pieces relayed where the upstream's bytes
 arrive (``server.direct``) are noted there too: the upstream's by :class:`RecordingSink`, which
 stands between the connection and the direct path's sink, the client's by :class:`RecordingWrite`,
-which wraps the direct write; so is an answer the server writes whole (``respond``). The upstream
-side reaches the recorder through :class:`RecordingUpstream`, the seam's wrapper for a capture.
-The gateway's own upstream client hands over what crossed the wire instead: the request's head as
-it wrote it, and the list its connection appends each read of the answer to (``SentRequest``'s
-``head`` and ``wire``, read back by ``server.capture_wire``), so its answers go unwrapped; another
-upstream's (a test's fake) are noted read by read through the wrappers below. It
+which wraps the direct write; so is an answer the server writes whole (``respond``), as the bytes
+it wrote.
+
+Where the parts can be had as they crossed the wire, they are kept as such, and read back later
+by ``server.capture_wire``: a client request the HTTP server received whole in one read, as that
+read (its scope's ``READ``: no wrapper around ``receive``, no list of header pairs); a whole
+answer, as the bytes the server wrote; the gateway's own upstream client's request, as the head it
+wrote, and its answer, as the list its connection appends each read to (``SentRequest``'s ``head``
+and ``wire``). That client hands each request it sent to the recorder itself (the exchange's
+``upstream_sent``), so nothing wraps it; another upstream (a test's fake, the capture proxy's)
+reaches the recorder through :class:`RecordingUpstream`, the seam's wrapper for a capture, and is
+noted read by read through the wrappers below unless it too notes its answer's reads. The recorder
 only reads a clock and appends references to lists; the record is built, redacted, checked and
 written later, by the store's thread (``capture.store``) or the capture process, and ``end``
 never blocks.
@@ -31,7 +37,7 @@ from oaishim.capture.raw import Mode, RawExchange, RawRequest, RawResponse
 from oaishim.server.asgi import Headers, Message, Receive, Scope, Send
 from oaishim.server.config import ModelRoute
 from oaishim.server.direct import Attachable
-from oaishim.server.exchange import DirectBody, Respond
+from oaishim.server.exchange import READ, DirectBody, Respond
 from oaishim.server.seam import ResponseWrapper, Upstream, UpstreamResponse, UpstreamWrapper
 
 now: Final = time.perf_counter_ns
@@ -46,17 +52,29 @@ class Submit(Protocol):
 class Recorder:
     __slots__ = ("_writer", "raw")
 
-    def __init__(self, writer: Submit, scope: Scope, mode: Mode) -> None:
+    def __init__(self, writer: Submit, scope: Scope, mode: Mode, wall: float = 0.0) -> None:
+        """``wall``: the exchange's wall-clock start, when the caller has read it already (else now)."""
         self._writer = writer
+        wall = wall or time.time()
+        read: tuple[int, bytes] | None = scope.get(READ)
+        if read is not None:  # it came whole in one read (server.http): the exchange starts then
+            t0 = read[0]
+            self.raw = RawExchange(t0, wall, mode)
+            self.raw.client_request = RawRequest(t0, "", "", read[1], wire=True)
+            return
         t0 = now()
         query: bytes = scope.get("query_string", b"")
         target: bytes = scope.get("raw_path") or scope["path"].encode()
         target = (target + b"?" + query) if query else target
-        self.raw = RawExchange(t0, time.time(), mode)
+        self.raw = RawExchange(t0, wall, mode)
         self.raw.client_request = RawRequest(t0, scope["method"], target.decode("latin-1"), scope["headers"])
 
     def wrap(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
-        """The ASGI receive and send of this exchange, recording what passes through them."""
+        """The ASGI receive and send of this exchange, recording what passes through them (the
+        receive as it is when the request is its read: its body is in it)."""
+        request = self.raw.client_request
+        if request is not None and request.wire:
+            return receive, RecordingSend(self.raw, send)
         return RecordingReceive(self.raw, receive), RecordingSend(self.raw, send)
 
     def direct(self, direct_body: DirectBody | None) -> DirectBody | None:
@@ -100,14 +118,19 @@ class Recorder:
         self.raw.upstream_request = request
         wire = sent.wire
         if wire is not None:  # the connection notes the reads of the answer itself: its head is in them
-            opened = RawResponse(now(), response.status, (), wire, wire=True)
+            # (its time is that of the read that completed the head, read back with it; this one
+            # stands in only if none did)
+            opened = RawResponse(t_ns, response.status, (), wire, wire=True)
         else:
             opened = RawResponse(now(), response.status, list(response.headers))
         self.raw.upstream_response = opened
         return opened
 
-    def end(self, error: str | None = None) -> None:
+    def end(self, error: str | None = None, profile: str | None = None) -> None:
+        """The exchange is over (``error``: why it broke off; ``profile``: the one its request was
+        prepared for): the raw exchange goes to the writer."""
         self.raw.end_ns = now()
+        self.raw.profile = profile
         response = self.raw.client_response
         if error is None and response is None:
             error = "no response was sent: the client went away first"
@@ -180,26 +203,26 @@ class RecordingSend:
 
 
 class RecordingRespond:
-    """The server's ``respond``: a whole answer, noted as the send chain notes its start and its one
-    body message (a head the server refused to write is noted without its body, as there)."""
+    """The server's ``respond``: a whole answer, noted as the bytes the server wrote (its head and
+    body, read back by ``server.capture_wire``: no list of header pairs to frame), complete (a head
+    the server refused to write is noted as the send chain notes a start, without a body)."""
 
     __slots__ = ("_raw", "_respond")
 
     def __init__(self, raw: RawExchange, respond: Respond) -> None:
         self._raw, self._respond = raw, respond
 
-    def __call__(self, status: int, headers: Headers, body: bytes) -> bool:
+    def __call__(self, status: int, headers: Headers, body: bytes) -> bytes | None:
         t_ns = now()
         try:
-            if not self._respond(status, headers, body):
-                return False  # nothing written: the answer goes through the send chain, noted there
+            written = self._respond(status, headers, body)
         except BaseException:
             self._raw.client_response = RawResponse(t_ns, status, headers)
             raise
-        response = self._raw.client_response = RawResponse(t_ns, status, headers)
-        response.reads.append((t_ns, body))
-        response.complete = True
-        return True
+        if written is None:
+            return None  # nothing written: the answer goes through the send chain, noted there
+        self._raw.client_response = RawResponse(t_ns, status, (), [(t_ns, written)], True, True)
+        return written
 
 
 class RecordingDirect:

@@ -118,8 +118,8 @@ class Recording:
     def close(self) -> None:
         self.writer.close()
 
-    def begin(self, scope: Scope) -> Recorder:
-        return Recorder(self.writer, scope, self.mode)
+    def begin(self, scope: Scope, wall: float = 0.0) -> Recorder:
+        return Recorder(self.writer, scope, self.mode, wall)
 
 
 def recording_for(settings: Settings, check_budget: CheckBudget | None = None) -> Recording | None:

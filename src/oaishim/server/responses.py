@@ -36,7 +36,6 @@ from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.dispatch import Dispatch
 from oaishim.server.exchange import current, note
-from oaishim.server.recording import RecordingUpstream
 from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.store import ResponseStore, tenant
 from oaishim.state import Record, StoreError
@@ -226,8 +225,6 @@ class ResponsesAPI:
         ctx.reasoning_field, ctx.keep_extensions, ctx.context_param = "reasoning_content", False, "input"
         extra: Headers = [(b"x-oaishim-dropped", ",".join(prepared.dropped).encode())] if prepared.dropped else []
         note(route.name, profile.name, prepared)
-        if isinstance(upstream, RecordingUpstream):
-            upstream.recorder.raw.profile = profile.name
         turn = _Turn(self, owner, key, info, chat["messages"], history, turn_id, ids)
 
         async def work() -> None:

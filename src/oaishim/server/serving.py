@@ -107,6 +107,8 @@ class Server:
         self.started = False
         self.should_exit = self.force_exit = False
         self.state = ServerState(app, limits or HttpLimits())
+        # an app that records asks (``notes_reads``) for the read that carried a whole request (server.http)
+        self.state.note_reads = bool(getattr(app, "notes_reads", False))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -26,6 +27,8 @@ from oaishim.wire.errors import OpenAIError, bad_request, timeout
 from oaishim.wire.paths import BadTarget, join_upstream
 
 log: Final = logging.getLogger("oaishim.upstream")
+# Final: a static once compiled, where an imported name is a module-dict lookup a call
+now: Final = time.perf_counter_ns
 
 KEEPALIVE_SECONDS: Final = 4.0
 _JOINED_MAX: Final = 512  # (replica, target) pairs whose checked URL is kept (the targets are a few paths)
@@ -149,6 +152,7 @@ class Upstreams:
         of the gateway's own (the capture proxy forwards the client's)."""
         pool = self.pool
         assert pool is not None, "Upstreams.start() was not awaited"
+        started = now() if self.record_wire else 0  # when it was sent, for a record
         settings = self.settings
         loop = pool.loop
         total = settings.total_timeout
@@ -211,9 +215,14 @@ class Upstreams:
                     if conn is not None:
                         conn.done()  # cancelled (the client left): the backend stops now
                     raise
-                return H1Response(
+                response = H1Response(
                     conn, got, SentRequest(method, where.url, head=head, wire=conn.wire), settings, deadline
                 )
+                if started:  # the exchange's recorder takes the request and the list of its answer's reads
+                    ex = current()
+                    if ex is not None and ex.upstream_sent is not None:
+                        ex.upstream_sent(started, response, body)
+                return response
         if connect_timed_out:
             raise OpenAIError(
                 504,
