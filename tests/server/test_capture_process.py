@@ -183,6 +183,49 @@ def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path
     assert [fields(e) for _, e in got] == [fields(e) for e in sent]
 
 
+def test_a_backlog_of_thousands_of_frames_goes_out_whole_and_in_order(tmp_path: Path, sink: socket.socket) -> None:
+    """Thousands of small frames behind a slow reader: each send takes what the socket's buffer
+    holds (often ending inside a frame's head or payload); the frames sent are let go while the rest
+    still wait (what a worker holds stays bounded by what is unsent), and every exchange arrives
+    whole, in order."""
+    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=10_000, interval=0.002).start()
+    conn, _ = sink.accept()
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sent = [exchange(i, 1500 + i % 700) for i in range(3000)]
+    got: list[tuple[int, RawExchange | None]] = []
+    held: list[int] = []
+
+    def read_slowly() -> None:
+        buffer = bytearray()
+        conn.settimeout(10)
+        while len(got) < len(sent):
+            data = conn.recv(7_001)  # an odd size: reads end anywhere in a frame
+            assert data, "the sender closed early"
+            buffer += data
+            got.extend((dropped, decode(payload)) for dropped, payload in frames(buffer))
+            time.sleep(0.0002)
+
+    reader = threading.Thread(target=read_slowly)
+
+    async def serve() -> None:
+        for raw in sent:
+            assert writer.submit(raw)
+        reader.start()
+        deadline = time.monotonic() + 30
+        while writer.held and time.monotonic() < deadline:
+            held.append(len(writer._buffers) - writer._first)  # the buffers still to send
+            assert len(writer._buffers) <= held[-1] + 4 * 256 + 2  # the sent ones let go past a bound
+            await asyncio.sleep(0.005)
+
+    asyncio.run(serve())
+    reader.join(30)
+    writer.close()
+    assert (writer.sent, writer.dropped, writer.held) == (len(sent), 0, 0)
+    assert len(got) == len(sent) and all(dropped == 0 for dropped, _ in got)
+    assert [fields(e) for _, e in got] == [fields(e) for e in sent]
+    assert held[0] > 1000 and (writer._buffers, writer._first) == ([], 0)  # a backlog, then nothing held
+
+
 def test_close_sends_what_is_still_held(tmp_path: Path, sink: socket.socket) -> None:
     writer = RemoteWriter(tmp_path / "capture.sock", interval=60).start()
     conn, _ = sink.accept()

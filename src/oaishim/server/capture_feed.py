@@ -19,13 +19,11 @@ and the serving side's writer, compiled with the core (it runs once per captured
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import marshal
 import pickle
 import socket
 import struct
-from collections import deque
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,7 +34,7 @@ from oaishim.server.recorder import Recorder
 log: Final = logging.getLogger("oaishim.capture")
 FRAME: Final = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
 MARSHAL_VERSION: Final = 2  # see encode
-IOV_BATCH: Final = 256  # frames one sendmsg is given at most (the kernel allows 1,024)
+IOV_BATCH: Final = 256  # buffers one sendmsg is given at most, two a frame (the kernel allows 1,024)
 
 
 class RemoteWriter:
@@ -50,8 +48,14 @@ class RemoteWriter:
         self.dropped = 0
         self.sent = 0  # exchanges wholly handed to the kernel
         self._counted = 0  # the drop count the last frame carries
-        self._queue: deque[tuple[bytes, int]] = deque()  # (frame, exchanges: 1, or 0 for a count) not all sent
-        self._offset = 0  # how much of the first frame the socket has taken
+        # The frames not all sent, as buffers from ``_first`` on: a frame's head, then its payload
+        # (none for a count's frame); ``_counts``, the exchanges each buffer's end completes (1 for
+        # an exchange's payload, else 0). Two lists and an index: no tuple a buffer, and no deque
+        # method (called as Python, once compiled) a buffer sent.
+        self._buffers: list[bytes] = []
+        self._counts: list[int] = []
+        self._first = 0
+        self._offset = 0  # how much of the first buffer the socket has taken
         self.held = 0  # exchanges framed and not yet wholly handed to the kernel
         self._sock: socket.socket | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -85,14 +89,14 @@ class RemoteWriter:
         waiting that many seconds at most. A drop count not yet sent goes in a frame of its own."""
         if self.dropped != self._counted:  # drops since the last frame: the capture process keeps the latest count
             self._frame(b"", 0)
-        if not self._queue:
+        if self._first == len(self._buffers):
             return
         try:
             if self._sock is None:
                 self._sock = self._connect()
             if wait is not None:
                 self._sock.settimeout(wait)
-            while self._queue and (self._send(self._sock) or wait is not None):
+            while self._first < len(self._buffers) and (self._send(self._sock) or wait is not None):
                 pass  # until the kernel's buffer is full (or, waiting, until all is sent)
         except OSError as exc:  # a timeout, or the capture process gone
             self._lose(f"capture process unreachable ({exc.strerror or exc})")
@@ -101,29 +105,46 @@ class RemoteWriter:
                 self._sock.setblocking(False)
 
     def _send(self, sock: socket.socket) -> bool:
-        """One ``sendmsg`` of the first frames, never copied (a backlog of megabytes costs nothing
+        """One ``sendmsg`` of the first buffers, never copied (a backlog of megabytes costs nothing
         per tick); True when the socket took all it was given."""
-        queue = self._queue
-        first = memoryview(queue[0][0])[self._offset :]
-        buffers: list[bytes | memoryview] = [first]
-        buffers += (frame for frame, _ in itertools.islice(queue, 1, IOV_BATCH))
+        held, counts, first = self._buffers, self._counts, self._first
+        end = min(len(held), first + IOV_BATCH)
+        buffers: list[bytes | memoryview] = [memoryview(held[first])[self._offset :]]
+        size = len(held[first]) - self._offset
+        for i in range(first + 1, end):
+            buffers.append(held[i])
+            size += len(held[i])
         try:
             taken = sock.sendmsg(buffers)
         except BlockingIOError:
             return False
-        whole = taken == sum(len(b) for b in buffers)
+        whole = taken == size
         taken += self._offset
-        while queue and taken >= len(queue[0][0]):
-            frame, count = queue.popleft()
-            taken -= len(frame)
-            self.sent += count
-            self.held -= count
+        while first < end and taken >= len(held[first]):
+            taken -= len(held[first])
+            self.sent += counts[first]
+            self.held -= counts[first]
+            first += 1
         self._offset = taken
+        if first == len(held):  # all sent
+            held.clear()
+            counts.clear()
+            first = 0
+        elif first > 4 * IOV_BATCH:  # a backlog: what was sent is let go
+            del held[:first], counts[:first]
+            first = 0
+        self._first = first
         return whole
 
     def _frame(self, payload: bytes, count: int) -> None:
-        """Queue one frame: an exchange's payload (``count`` 1), or none (0) to carry the drop count."""
-        self._queue.append((FRAME.pack(len(payload), self.dropped) + payload, count))
+        """Queue one frame: an exchange's payload (``count`` 1), or none (0) to carry the drop count.
+        Its head and payload are queued as two buffers, which ``sendmsg`` gathers: joined, each
+        exchange's payload was copied once more."""
+        self._buffers.append(FRAME.pack(len(payload), self.dropped))
+        self._counts.append(0)
+        if payload:
+            self._buffers.append(payload)
+            self._counts.append(count)
         self.held += count
         self._counted = self.dropped
 
@@ -141,7 +162,9 @@ class RemoteWriter:
     def _tick(self) -> None:
         self._timer = None
         self.flush()
-        if self._queue:  # the kernel's buffer was full (the capture process is behind): again later
+        if self._first < len(
+            self._buffers
+        ):  # the kernel's buffer was full (the capture process is behind): again later
             self._arm()
 
     def _lose(self, why: str) -> None:
@@ -150,8 +173,9 @@ class RemoteWriter:
             self._sock.close()
             self._sock = None
         lost, self.held = self.held, 0
-        self._queue.clear()
-        self._offset = 0
+        self._buffers.clear()
+        self._counts.clear()
+        self._first = self._offset = 0
         self._counted = -1  # the next frame says how many were dropped
         self._drop(lost, why)
 
