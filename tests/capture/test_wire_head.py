@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from _apps import RunningApp, chat_chunks, post
+from _apps import RunningApp, chat_chunks, get, post
 
 from oaishim.capture.raw import head_pairs
 from oaishim.capture.reader import CaptureReader
@@ -125,3 +125,46 @@ def test_the_gateways_record_holds_the_answer_as_the_backend_wrote_it(tmp_path: 
 )
 def test_a_wire_heads_pairs(head: Any, pairs: list[tuple[Any, Any]]) -> None:
     assert head_pairs(head) == pairs
+
+
+class Lister:
+    """A backend that lists one model and answers anything else with the chat answer, keeping the
+    method and path of each request it got."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive, 1 << 20)
+        self.got.append((scope["method"], scope["path"]))
+        body = orjson.dumps({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+        if scope["path"] != "/v1/models":
+            body = ANSWER if scope["method"] == "POST" else b"{}"
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_what_the_gateway_asks_a_backend_for_itself_is_not_in_a_records_upstream_part(tmp_path: Path) -> None:
+    """A profile's detection and the backend's model list are the gateway's own requests, made while
+    a client's waits: the record's upstream part is the request sent for the client (none for the
+    model list), though the upstream client hands each request it sends to the exchange's recorder."""
+    backend = Lister()
+    folder = tmp_path / "capture"
+    with RunningApp(backend) as upstream:
+        routes = (
+            ModelRoute(name="tiny", upstreams=(upstream.url,), profile="auto"),
+            ModelRoute(name="*", upstreams=(upstream.url,), profile="generic"),
+        )
+        with RunningApp(Gateway(Settings(models=routes, capture_dir=folder))) as gw:
+            assert post(gw.url + "/v1/chat/completions", CHAT)[0] == 200
+            assert get(gw.url + "/v1/models")[0] == 200
+    asked = [path for method, path in backend.got if method == "GET"]
+    assert "/v1/models" in asked and len(asked) >= 2  # the detection's GETs, then the listing's
+    records = {r["client"]["request"]["target"]: r for r in CaptureReader(folder).records()}
+    chat, listing = records["/v1/chat/completions"], records["/v1/models"]
+    assert chat["upstream"]["request"]["method"] == "POST"
+    assert chat["upstream"]["request"]["target"] == upstream.url + "/v1/chat/completions"
+    assert listing["upstream"] is None

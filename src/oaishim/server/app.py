@@ -50,7 +50,7 @@ from oaishim.server.metrics import CONTENT_TYPE, Metrics
 from oaishim.server.recorder import Recorder
 from oaishim.server.recording import Recording, RecordingUpstream, recording_for
 from oaishim.server.responses import ResponsesAPI
-from oaishim.server.seam import Upstream
+from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.seam import header as response_header
 from oaishim.server.tracing import configured as tracing_configured
 from oaishim.server.upstream import Upstreams
@@ -176,11 +176,25 @@ class Gateway:
         await self._fetch(route, template_paths(profile, found), found)  # the chat template (L-34)
         return with_template(profile, reason, found)
 
+    async def _own_get(self, route: ModelRoute, path: str) -> UpstreamResponse:
+        """A GET of the gateway's own (a profile's detection, the backend's model list), made while
+        some request waits: not that request's upstream exchange, so not in its record (the
+        upstream client hands what it sends to the exchange's recorder: ``Exchange.upstream_sent``)."""
+        ex = current()
+        noting = None if ex is None else ex.upstream_sent
+        if ex is not None:
+            ex.upstream_sent = None
+        try:
+            return await self.upstreams.open(route, "GET", path, None, None)
+        finally:
+            if ex is not None:
+                ex.upstream_sent = noting
+
     async def _fetch(self, route: ModelRoute, paths: tuple[str, ...], found: dict[str, Any]) -> str | None:
         """GET each of ``paths`` into ``found`` (its parsed body, None for no usable answer) -> the Server header."""
         server: str | None = None
         for path in paths:
-            response = await self.upstreams.open(route, "GET", path, None, None)
+            response = await self._own_get(route, path)
             server = server or response_header(response, b"server")
             try:
                 raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
@@ -367,7 +381,7 @@ class Gateway:
         names = [r.name for r in self.settings.models if r.name != "*"]
         wildcard = next((r for r in self.settings.models if r.name == "*"), None)
         if wildcard is not None:
-            response = await self.upstreams.open(wildcard, "GET", "/v1/models", None, None)
+            response = await self._own_get(wildcard, "/v1/models")
             try:
                 raw = await relay.read_all(response, self.settings.max_upstream_event_bytes)
                 listing = orjson.loads(raw) if response.status == 200 else {}
