@@ -11,7 +11,9 @@ process) while the load runs, from /proc.
 ``--src``: source folders (a compiled core, or a ``git archive``'s ``src``) run on this
 checkout's venv; none: the venv's own install. Prints one line a case: the wall-clock p50 (ms,
 the direct path's not subtracted), the serving process's CPU a request (µs), the rest of the
-tree's (µs), and requests a second, each as the sorted values of the rounds.
+tree's (µs), and requests a second, each as the sorted values of the rounds. The serving process's
+CPU is also given as its user and system parts: what a capture adds in the process's own code
+shows in the first, its frames' copy into the socket in the second.
 """
 
 from __future__ import annotations
@@ -59,11 +61,12 @@ def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Names
         time.sleep(0.3)
         tree = sorted(procstat.tree(proc.pid))
         serving, rest = tree[-1:], tree[:-1]  # forked in this order: the parent, the capture process, the worker
-        s0, r0 = procstat.cpu_seconds(serving), procstat.cpu_seconds(rest)
+        (u0, k0), r0 = procstat.cpu_split(serving), procstat.cpu_seconds(rest)
         got = wrk(url, args.concurrency, args.seconds)
-        s1, r1 = procstat.cpu_seconds(serving), procstat.cpu_seconds(rest)
+        (u1, k1), r1 = procstat.cpu_split(serving), procstat.cpu_seconds(rest)
         n = got["requests"]
-        return got["p50_us"] / 1000, (s1 - s0) / n * 1e6, (r1 - r0) / n * 1e6, n / args.seconds
+        serving_us, user_us = (u1 + k1 - u0 - k0) / n * 1e6, (u1 - u0) / n * 1e6
+        return got["p50_us"] / 1000, serving_us, user_us, serving_us - user_us, (r1 - r0) / n * 1e6, n / args.seconds
     finally:
         proc.terminate()
         proc.wait(30)
@@ -91,8 +94,12 @@ def main() -> None:
     finally:
         upstream.terminate()
     for key, runs in results.items():
-        columns = [sorted(round(run[i], 3 if i == 0 else 1) for run in runs) for i in range(4)]
-        print(f"{key}: p50 ms {columns[0]}  serving µs {columns[1]}  rest µs {columns[2]}  requests/s {columns[3]}")
+        p50, serving, user, system, rest, rate = (
+            sorted(round(run[i], 3 if i == 0 else 1) for run in runs) for i in range(6)
+        )
+        print(
+            f"{key}: p50 ms {p50}  serving µs {serving} (user {user}, system {system})  rest µs {rest}  requests/s {rate}"
+        )
 
 
 if __name__ == "__main__":
