@@ -70,6 +70,29 @@ def chat_chunks(text_pieces: Sequence[str], *, model: str = "tiny", finish: str 
     )
 
 
+def chat_answer(
+    content: str,
+    *,
+    answer_id: str = "chatcmpl-1",
+    model: str = "tiny",
+    prompt_tokens: int = 1,
+    completion_tokens: int = 1,
+) -> dict[str, Any]:
+    """A plain chat completion answering ``content``, as the streams of :func:`chat_chunks` end."""
+    return {
+        "id": answer_id,
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
 def backend_record(
     request: Mapping[str, Any],
     pieces: Sequence[bytes],
@@ -176,14 +199,7 @@ class EchoBackend:
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
             return
-        answer = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": "tiny",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi there"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-        }
+        answer = chat_answer("Hi there", prompt_tokens=3, completion_tokens=2)
         await send(
             {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json"), cookie]}
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from _apps import RunningApp, post
+from _apps import RunningApp, chat_answer, post
 
 from oaishim.capture.raw import RawExchange, RawResponse
 from oaishim.capture.reader import CaptureReader
@@ -22,16 +22,7 @@ from oaishim.server.exchange import RESPOND
 from oaishim.server.recorder import RecordingRespond, RecordingSend
 
 PLAIN = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
-ANSWER = orjson.dumps(
-    {
-        "id": "chatcmpl-7",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": "tiny",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-    }
-)
+ANSWER = orjson.dumps(chat_answer("Hello!", answer_id="chatcmpl-7", prompt_tokens=3, completion_tokens=2))
 
 
 async def backend(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from _apps import RunningApp, chat_chunks, get, post
+from _apps import RunningApp, chat_answer, chat_chunks, get, post
 
 from oaishim.capture.raw import head_pairs
 from oaishim.capture.reader import CaptureReader
@@ -24,16 +24,7 @@ from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.recording import Recording
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
-ANSWER = orjson.dumps(
-    {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": "tiny",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
-)
+ANSWER = orjson.dumps(chat_answer("Hi"))
 
 
 class Backend:

@@ -162,10 +162,8 @@ class RemoteWriter:
     def _tick(self) -> None:
         self._timer = None
         self.flush()
-        if self._first < len(
-            self._buffers
-        ):  # the kernel's buffer was full (the capture process is behind): again later
-            self._arm()
+        if self._first < len(self._buffers):
+            self._arm()  # the kernel's buffer was full (the capture process is behind): again later
 
     def _lose(self, why: str) -> None:
         """The connection failed: what it held is counted as dropped; the next flush reconnects."""
