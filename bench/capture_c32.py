@@ -9,9 +9,10 @@ process) while the load runs, from /proc.
     .venv/bin/python bench/capture_c32.py [--src build/compiled-core/A,build/compiled-core/B] [--rounds 3] [--seconds 5]
 
 ``--src``: source folders (a compiled core, or a ``git archive``'s ``src``) run on this
-checkout's venv; none: the venv's own install. Prints one line a case: the wall-clock p50 (ms,
-the direct path's not subtracted), the serving process's CPU a request (µs), the rest of the
-tree's (µs), and requests a second, each as the sorted values of the rounds. The serving process's
+checkout's venv; none: the venv's own install. Prints one line a case: the wall-clock p50 and p99
+(ms, the direct path's not subtracted; the p99 is what `bench/run` judges capture by at
+``--concurrency 1``), the serving process's CPU a request (µs), the rest of the tree's (µs), and
+requests a second, each as the sorted values of the rounds. The serving process's
 CPU is also given as its user and system parts: what a capture adds in the process's own code
 shows in the first, its frames' copy into the socket in the second.
 """
@@ -66,7 +67,8 @@ def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Names
         (u1, k1), r1 = procstat.cpu_split(serving), procstat.cpu_seconds(rest)
         n = got["requests"]
         serving_us, user_us = (u1 + k1 - u0 - k0) / n * 1e6, (u1 - u0) / n * 1e6
-        return got["p50_us"] / 1000, serving_us, user_us, serving_us - user_us, (r1 - r0) / n * 1e6, n / args.seconds
+        rest_us, p99 = (r1 - r0) / n * 1e6, got["p99_us"] / 1000
+        return got["p50_us"] / 1000, serving_us, user_us, serving_us - user_us, rest_us, n / args.seconds, p99
     finally:
         proc.terminate()
         proc.wait(30)
@@ -94,11 +96,12 @@ def main() -> None:
     finally:
         upstream.terminate()
     for key, runs in results.items():
-        p50, serving, user, system, rest, rate = (
-            sorted(round(run[i], 3 if i == 0 else 1) for run in runs) for i in range(6)
+        p50, serving, user, system, rest, rate, p99 = (
+            sorted(round(run[i], 3 if i in (0, 6) else 1) for run in runs) for i in range(7)
         )
         print(
-            f"{key}: p50 ms {p50}  serving µs {serving} (user {user}, system {system})  rest µs {rest}  requests/s {rate}"
+            f"{key}: p50 ms {p50}  p99 ms {p99}  serving µs {serving} (user {user}, system {system})  rest µs {rest}"
+            f"  requests/s {rate}"
         )
 
 
