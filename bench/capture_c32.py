@@ -12,9 +12,9 @@ process) while the load runs, from /proc.
 checkout's venv; none: the venv's own install. Prints one line a case: the wall-clock p50 and p99
 (ms, the direct path's not subtracted; the p99 is what `bench/run` judges capture by at
 ``--concurrency 1``), the serving process's CPU a request (µs), the rest of the tree's (µs), and
-requests a second, each as the sorted values of the rounds. The serving process's
-CPU is also given as its user and system parts: what a capture adds in the process's own code
-shows in the first, its frames' copy into the socket in the second.
+requests a second, each as the sorted values of the rounds. The serving process's CPU is also
+given as its user and system parts: what a capture adds in the process's own code shows in the
+first, its frames' copy into the socket in the second.
 """
 
 from __future__ import annotations

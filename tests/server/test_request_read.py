@@ -95,6 +95,11 @@ def read_back(read: tuple[int, bytes]) -> dict[str, Any]:
     assert raw.client_request is not None and raw.client_request.wire
     request = read_request(raw.client_request)
     assert request is not None and not request.wire and request.t_ns == t_ns
+    return as_seen(request)
+
+
+def as_seen(request: RawRequest) -> dict[str, Any]:
+    """A request read back, in the form of :func:`parsed` (its body's pieces joined)."""
     return {
         "method": request.method,
         "target": request.target,
@@ -177,13 +182,7 @@ def test_nothing_is_noted_unless_the_app_records() -> None:
 def test_a_read_reads_back_as_the_server_reads_it(data: bytes, expected: dict[str, Any]) -> None:
     request = read_request(RawRequest(7, "", "", data, wire=True))
     assert request is not None
-    got = {
-        "method": request.method,
-        "target": request.target,
-        "headers": request.headers,
-        "body": b"".join(request.body),
-    }
-    assert got == expected
+    assert as_seen(request) == expected
 
 
 def test_a_request_that_is_not_a_read_passes_through() -> None:

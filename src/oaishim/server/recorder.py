@@ -59,15 +59,15 @@ class Recorder:
         read: tuple[int, bytes] | None = scope.get(READ)
         if read is not None:  # it came whole in one read (server.http): the exchange starts then
             t0 = read[0]
-            self.raw = RawExchange(t0, wall, mode)
-            self.raw.client_request = RawRequest(t0, "", "", read[1], wire=True)
-            return
-        t0 = now()
-        query: bytes = scope.get("query_string", b"")
-        target: bytes = scope.get("raw_path") or scope["path"].encode()
-        target = (target + b"?" + query) if query else target
+            request = RawRequest(t0, "", "", read[1], wire=True)
+        else:
+            t0 = now()
+            query: bytes = scope.get("query_string", b"")
+            target: bytes = scope.get("raw_path") or scope["path"].encode()
+            target = (target + b"?" + query) if query else target
+            request = RawRequest(t0, scope["method"], target.decode("latin-1"), scope["headers"])
         self.raw = RawExchange(t0, wall, mode)
-        self.raw.client_request = RawRequest(t0, scope["method"], target.decode("latin-1"), scope["headers"])
+        self.raw.client_request = request
 
     def wrap(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
         """The ASGI receive and send of this exchange, recording what passes through them (the
