@@ -4,9 +4,13 @@ to end in ``test_workers``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from oaishim.server.capture_pace import Backlog, Pace, Priority
+from oaishim.server.capture_pace import Backlog, Pace, Priority, one_core
 
 
 class Clock:
@@ -144,3 +148,31 @@ def test_a_writer_that_cannot_enter_the_idle_class_stays_at_its_nice_value() -> 
     priority.follow(True)
     priority.follow(False)
     assert not priority.idle and priority.switches == 0
+
+
+def test_the_writer_keeps_to_the_last_core_it_may_use() -> None:
+    assert one_core({0, 1, 2, 3}) == {3}
+    assert one_core({5, 2}) == {5}
+    assert one_core(set()) == set()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux, 2 cores")
+def test_in_the_idle_class_the_writer_keeps_to_one_core_and_behind_it_has_them_all_again() -> None:
+    """The kernel's side, in a process of its own (it changes the process it runs in)."""
+    script = (
+        "import os\n"
+        "from oaishim.server.capture_pace import _Scheduler\n"
+        "s = _Scheduler()\n"
+        "print(sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))\n"
+        "assert s.set_idle(True)\n"
+        "print(sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))\n"
+        "if s.set_idle(False):\n"
+        "    print(sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    lines = [line.rsplit(" ", 1) for line in out.splitlines()]
+    cores = sorted(os.sched_getaffinity(0))
+    assert lines[0] == [str(cores), str(os.SCHED_OTHER)]
+    assert lines[1] == [str([cores[-1]]), str(os.SCHED_IDLE)]
+    if len(lines) > 2:  # (leaving the idle class needs the right to nice 10: root, or RLIMIT_NICE)
+        assert lines[2] == [str(cores), str(os.SCHED_OTHER)]

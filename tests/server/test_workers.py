@@ -261,6 +261,11 @@ def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend:
         if _can_leave_idle():
             policies = sorted(os.sched_getscheduler(pid) for pid in forked)
             assert policies == sorted([os.SCHED_IDLE] + [os.SCHED_OTHER] * int(workers))
+            # and it keeps to one core there (the last), the serving ones to none
+            cores = sorted(os.sched_getaffinity(0))
+            writer = next(pid for pid in forked if os.sched_getscheduler(pid) == os.SCHED_IDLE)
+            assert sorted(os.sched_getaffinity(writer)) == cores[-1:]
+            assert all(sorted(os.sched_getaffinity(pid)) == cores for pid in forked - {writer})
         sent = 20
         for i in range(sent):
             status, _, _ = served.call("POST", "/v1/chat/completions", {**CHAT, "stream": i % 2 == 0})
