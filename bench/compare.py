@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import capture_pairs
 import paths
 import procstat
 import report
@@ -124,6 +125,12 @@ class Bench:
         assert self.upstream_proc.stdout is not None
         if self.upstream_proc.stdout.readline().strip() != "ready":
             raise SystemExit("the synthetic upstream did not start")
+
+    def stop_upstream(self) -> None:
+        if self.upstream_proc is not None:
+            self.upstream_proc.terminate()
+            self.upstream_proc.wait()
+            self.upstream_proc = None
 
     def mode(self, gap_ms: float = 0.0, hold: bool = False) -> None:
         post(self.upstream + "/_bench/mode", orjson.dumps({"gap_ms": gap_ms, "hold": hold}))
@@ -301,6 +308,7 @@ class Bench:
         rounds: list[dict[str, Any]] = []
         failed: dict[str, str] = {}
         load: list[list[float]] = [list(os.getloadavg())]
+        pairs: dict[str, Any] | None = None
         t0 = time.perf_counter()
         try:
             for r in range(self.args.rounds):
@@ -319,10 +327,13 @@ class Bench:
                         failed[name] = f"failed in round {r + 1}: {str(exc)[:300]}"
                 rounds.append(results)
                 load.append(list(os.getloadavg()))
+            if self.args.capture_pairs and all(n in live and n not in failed for n in capture_pairs.TRIO):
+                print(f"capture on against off, paired: {self.args.capture_pairs} blocks", file=sys.stderr, flush=True)
+                self.mode()
+                blocks = capture_pairs.measure(self.start, wrk, self.args.capture_pairs, self.args.duration)
+                pairs = capture_pairs.summarise(blocks)
         finally:
-            if self.upstream_proc is not None:
-                self.upstream_proc.terminate()
-                self.upstream_proc.wait()
+            self.stop_upstream()
             shutil.rmtree(self.tmp, ignore_errors=True)
         for results in rounds:  # a path that failed once is left out of every round
             for name in failed:
@@ -353,9 +364,11 @@ class Bench:
                 "saturation_plain": list(SATURATION_PLAIN),
                 "saturation_streams": list(SATURATION_STREAMS),
                 "saturation_tokens": SATURATION_TOKENS,
+                "capture_pairs": self.args.capture_pairs,
             },
         }
         result = report.summarise(rounds, meta, names)
+        result["capture_pairs"] = pairs
         result["micro"] = self.micro(self.sources.get("oaishim"))
         if "oaishim_before" in self.sources:
             result["micro_before"] = self.micro(self.sources["oaishim_before"])
@@ -449,6 +462,12 @@ def main() -> None:
         help="run this checkout's oaishim as Python (default: its core compiled, as a wheel)",
     )
     parser.add_argument("--label", default="", help="a name for the dated copy (before, after, …)")
+    parser.add_argument(
+        "--capture-pairs",
+        type=int,
+        default=5,
+        help="blocks of capture on against off, measured in pairs after the rounds (bench/capture_pairs.py; 0: none)",
+    )
     parser.add_argument("--no-saturation", dest="saturation", action="store_false", help="skip the saturation steps")
     parser.add_argument("--no-responses", dest="responses", action="store_false", help="skip /v1/responses")
     parser.add_argument("--no-callgrind", dest="callgrind", action="store_false", help="skip the instruction counts")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import capture_pairs
 import orjson
 
 GOALS = {  # the goals, shown beside the figures (goals, not assertions)
@@ -233,6 +234,7 @@ def markdown(result: dict[str, Any]) -> str:
             )
     for name, why in meta["skipped"].items():
         lines.append(f"{name}: {why}")
+    lines += capture_pairs.markdown(result.get("capture_pairs"))
     lines += callgrind_lines(result.get("callgrind"), result.get("callgrind_baseline"), result.get("callgrind_pure"))
     lines += ["", "Spread (min – max over rounds):", ""]
     lines += ["| figure | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
