@@ -31,9 +31,14 @@ class Run(Protocol):
 
 
 def measure(
-    start: Callable[[str], Run], wrk: Callable[[str, int, float], dict[str, Any]], blocks: int, seconds: float
+    start: Callable[[str], Run],
+    wrk: Callable[[str, int, float], dict[str, Any]],
+    blocks: int,
+    seconds: float,
+    dropped: Callable[[str], float | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """The blocks' raw figures: for each, each path's wrk result at c1 and c32."""
+    """The blocks' raw figures: for each, each path's wrk result at c1 and c32 (and, with
+    ``dropped``, how many exchanges capture on had no room for: its figures hold only if none)."""
     out: list[dict[str, Any]] = []
     for b in range(blocks):
         order = TRIO[b % len(TRIO) :] + TRIO[: b % len(TRIO)]
@@ -44,6 +49,8 @@ def measure(
                 wrk(run.url, 4, 1)  # warm, as the rounds do
                 time.sleep(0.3)
                 block[name] = {f"c{c}": wrk(run.url, c, seconds) for c in LEVELS}
+                if name == "oaishim_capture" and dropped is not None:
+                    block[name]["capture_dropped"] = dropped(run.url)
             finally:
                 run.stop()  # (a capture process builds what it holds before it exits: the next starts quiet)
         out.append(block)
@@ -101,3 +108,18 @@ def markdown(pairs: dict[str, Any] | None) -> list[str]:
             )
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def dropped_line(counts: dict[str, list[float | None]] | None) -> list[str]:
+    """How many exchanges capture on had no room for, in each round and block (``/metrics``)."""
+    if not counts or not (counts["rounds"] or counts["pairs"]):
+        return []
+
+    def show(values: list[float | None]) -> str:
+        return ", ".join("?" if v is None else f"{v:.0f}" for v in values) or "—"
+
+    return [
+        "",
+        f"Exchanges capture on dropped (`oaishim_capture_dropped_total`; none, or its figures leave work out): "
+        f"rounds {show(counts['rounds'])}; pairs {show(counts['pairs'])}.",
+    ]

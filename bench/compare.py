@@ -83,6 +83,21 @@ def wrk(url: str, connections: int, seconds: float) -> dict[str, Any]:
     return figures
 
 
+def capture_dropped(url: str) -> float | None:
+    """The gateway's count of exchanges its capture had no room for (``/metrics``), or None."""
+    host, _, _ = url.removeprefix("http://").partition("/")
+    conn = http.client.HTTPConnection(host, timeout=5)
+    try:
+        conn.request("GET", "/metrics", headers={"authorization": f"Bearer {paths.KEY}"})
+        text = conn.getresponse().read().decode()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    counts = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("oaishim_capture_dropped_total")]
+    return sum(counts) if counts else None
+
+
 @dataclass
 class Running:
     name: str
@@ -225,6 +240,8 @@ class Bench:
             if name in RESPONSES_PATHS and a.responses:
                 m["responses"] = self.responses(run)
                 lap("responses")
+            if name == "oaishim_capture":  # recorded whole, or the figures above leave work out
+                m["capture_dropped"] = capture_dropped(run.url)
             if run.proc is not None:
                 time.sleep(0.3)
                 m["rss_before_hold_kb"] = procstat.rss_kb(pids())
@@ -330,7 +347,9 @@ class Bench:
             if self.args.capture_pairs and all(n in live and n not in failed for n in capture_pairs.TRIO):
                 print(f"capture on against off, paired: {self.args.capture_pairs} blocks", file=sys.stderr, flush=True)
                 self.mode()
-                blocks = capture_pairs.measure(self.start, wrk, self.args.capture_pairs, self.args.duration)
+                blocks = capture_pairs.measure(
+                    self.start, wrk, self.args.capture_pairs, self.args.duration, dropped=capture_dropped
+                )
                 pairs = capture_pairs.summarise(blocks)
         finally:
             self.stop_upstream()
@@ -369,6 +388,10 @@ class Bench:
         }
         result = report.summarise(rounds, meta, names)
         result["capture_pairs"] = pairs
+        result["capture_dropped"] = {  # exchanges capture had no room for: none, or capture on's figures flatter it
+            "rounds": [r["oaishim_capture"].get("capture_dropped") for r in rounds if "oaishim_capture" in r],
+            "pairs": [b["oaishim_capture"].get("capture_dropped") for b in pairs["blocks"]] if pairs else [],
+        }
         result["micro"] = self.micro(self.sources.get("oaishim"))
         if "oaishim_before" in self.sources:
             result["micro_before"] = self.micro(self.sources["oaishim_before"])

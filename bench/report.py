@@ -235,6 +235,7 @@ def markdown(result: dict[str, Any]) -> str:
     for name, why in meta["skipped"].items():
         lines.append(f"{name}: {why}")
     lines += capture_pairs.markdown(result.get("capture_pairs"))
+    lines += capture_pairs.dropped_line(result.get("capture_dropped"))
     lines += callgrind_lines(result.get("callgrind"), result.get("callgrind_baseline"), result.get("callgrind_pure"))
     lines += ["", "Spread (min – max over rounds):", ""]
     lines += ["| figure | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]

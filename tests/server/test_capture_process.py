@@ -158,9 +158,9 @@ def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
 def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path, sink: socket.socket) -> None:
     """The capture process behind: the socket takes part of a frame; the rest waits in the worker and
     goes out on later ticks, in order, while the event loop is never blocked."""
-    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005).start()
+    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005, send_buffer=262_144).start()
     conn, _ = sink.accept()
-    sent = [exchange(i, 200_000) for i in range(40)]  # 8 MB: many times a Unix socket's buffer
+    sent = [exchange(i, 200_000) for i in range(40)]  # 8 MB: many times the socket's buffer
     got: list[tuple[int, RawExchange | None]] = []
     reader = threading.Thread(target=lambda: got.extend(readframes(conn, len(sent))))
 
@@ -181,6 +181,41 @@ def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path
     assert 0 < waiting < len(sent)  # part went out at once, the rest waited for the reader
     assert (writer.sent, writer.dropped) == (len(sent), 0)
     assert [fields(e) for _, e in got] == [fields(e) for e in sent]
+
+
+@pytest.mark.parametrize("send_buffer", [16_384, 4 << 20])
+def test_frames_cross_as_fast_as_they_are_read_not_one_socket_buffer_a_tick(
+    tmp_path: Path, sink: socket.socket, send_buffer: int
+) -> None:
+    """A worker framing more a tick than the socket's buffer holds, with the capture process reading
+    all the while: what a tick's send leaves goes as the reader makes room, so nothing waits long
+    enough to fill the queue. Sent once a tick only (and the kernel's default buffer), 3,000
+    exchanges offered in about 0.15 s overflowed a queue of 1,024."""
+    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=1024, interval=0.02, send_buffer=send_buffer)
+    writer.start()
+    conn, _ = sink.accept()
+    sent = [exchange(i, 4000) for i in range(3000)]  # 12 MB, ~4 KB each: a plain exchange's size
+    got: list[tuple[int, RawExchange | None]] = []
+    reader = threading.Thread(target=lambda: got.extend(readframes(conn, len(sent))))
+    reader.start()
+    most: list[int] = []
+
+    async def serve() -> None:
+        for k in range(0, len(sent), 100):  # 100 every 5 ms: 20,000 a second
+            for raw in sent[k : k + 100]:
+                assert writer.submit(raw), f"dropped at {k} with {writer.held} held"
+            most.append(writer.held)
+            await asyncio.sleep(0.005)
+        deadline = time.monotonic() + 10
+        while writer.held and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    asyncio.run(serve())
+    reader.join(10)
+    writer.close()
+    assert (writer.sent, writer.dropped, writer.held) == (len(sent), 0, 0)
+    assert [fields(e) for _, e in got] == [fields(e) for e in sent]
+    assert max(most) < 1024
 
 
 def test_a_backlog_of_thousands_of_frames_goes_out_whole_and_in_order(tmp_path: Path, sink: socket.socket) -> None:
