@@ -157,7 +157,7 @@ def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
 
 def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path, sink: socket.socket) -> None:
     """The capture process behind: the socket takes part of a frame; the rest waits in the worker and
-    goes out on later ticks, in order, while the event loop is never blocked."""
+    goes out as the reader makes room, in order, while the event loop is never blocked."""
     writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005, send_buffer=262_144).start()
     conn, _ = sink.accept()
     sent = [exchange(i, 200_000) for i in range(40)]  # 8 MB: many times the socket's buffer

@@ -178,12 +178,11 @@ class RemoteWriter:
 
     def _watch(self) -> None:
         """Send again as soon as the socket has room (a tick later if it cannot be watched)."""
-        sock = self._sock
+        if self._sock is None:  # (a lost connection let go of what it held: nothing waits)
+            return
         try:
             loop = asyncio.get_running_loop()
-            if sock is None:
-                raise RuntimeError("no connection")  # (lost: the next tick reconnects)
-            loop.add_writer(sock.fileno(), self._room)
+            loop.add_writer(self._sock.fileno(), self._room)
         except (RuntimeError, NotImplementedError, ValueError, OSError):
             self._arm()
             return
