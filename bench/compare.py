@@ -57,18 +57,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def post(url: str, body: bytes, timeout: float = 5.0) -> int:
+def call(method: str, url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    """One request to ``url`` with the bench's key: its status and body."""
     host, _, rest = url.removeprefix("http://").partition("/")
     conn = http.client.HTTPConnection(host, timeout=timeout)
     try:
-        conn.request(
-            "POST", "/" + rest, body, {"content-type": "application/json", "authorization": f"Bearer {paths.KEY}"}
-        )
+        headers = {"authorization": f"Bearer {paths.KEY}"}
+        if body is not None:
+            headers["content-type"] = "application/json"
+        conn.request(method, "/" + rest, body, headers)
         response = conn.getresponse()
-        response.read()
-        return response.status
+        return response.status, response.read()
     finally:
         conn.close()
+
+
+def post(url: str, body: bytes, timeout: float = 5.0) -> int:
+    return call("POST", url, body, timeout)[0]
 
 
 def wrk(url: str, connections: int, seconds: float) -> dict[str, Any]:
@@ -85,15 +90,10 @@ def wrk(url: str, connections: int, seconds: float) -> dict[str, Any]:
 
 def capture_dropped(url: str) -> float | None:
     """The gateway's count of exchanges its capture had no room for (``/metrics``), or None."""
-    host, _, _ = url.removeprefix("http://").partition("/")
-    conn = http.client.HTTPConnection(host, timeout=5)
     try:
-        conn.request("GET", "/metrics", headers={"authorization": f"Bearer {paths.KEY}"})
-        text = conn.getresponse().read().decode()
+        text = call("GET", url.removesuffix("/v1/chat/completions") + "/metrics")[1].decode()
     except (OSError, http.client.HTTPException):
         return None
-    finally:
-        conn.close()
     counts = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("oaishim_capture_dropped_total")]
     return sum(counts) if counts else None
 
@@ -140,12 +140,6 @@ class Bench:
         assert self.upstream_proc.stdout is not None
         if self.upstream_proc.stdout.readline().strip() != "ready":
             raise SystemExit("the synthetic upstream did not start")
-
-    def stop_upstream(self) -> None:
-        if self.upstream_proc is not None:
-            self.upstream_proc.terminate()
-            self.upstream_proc.wait()
-            self.upstream_proc = None
 
     def mode(self, gap_ms: float = 0.0, hold: bool = False) -> None:
         post(self.upstream + "/_bench/mode", orjson.dumps({"gap_ms": gap_ms, "hold": hold}))
@@ -352,7 +346,9 @@ class Bench:
                 )
                 pairs = capture_pairs.summarise(blocks)
         finally:
-            self.stop_upstream()
+            if self.upstream_proc is not None:
+                self.upstream_proc.terminate()
+                self.upstream_proc.wait()
             shutil.rmtree(self.tmp, ignore_errors=True)
         for results in rounds:  # a path that failed once is left out of every round
             for name in failed:
