@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from oaishim.server.capture_feed import RemoteWriter
 from oaishim.server.capture_pace import Backlog, Pace, Priority, one_core
 
 
@@ -75,6 +77,30 @@ def test_a_busy_gateway_gets_a_share_of_the_time(clock: Clock) -> None:
             built += 1
     spent = built * 0.0005
     assert Pace.SHARE * 0.8 <= spent <= Pace.SHARE + Pace.BURST + 0.0005
+    assert not pace.behind
+
+
+def test_a_worker_between_two_hand_overs_is_not_a_quiet_gateway(clock: Clock) -> None:
+    """Frames come once per the worker's own hand-over interval under load (``RemoteWriter``'s
+    default), with the gaps between a little late as a loaded event loop makes them: the share
+    still rules, so the records wait rather than take the core beside the load. (With hand-overs
+    every 100 ms against a quiet of 50, the gaps passed for quiet under load:
+    bench/results/2026-12-06T0320-capture-parts-again.md.)"""
+    interval = RemoteWriter(Path("unused.sock")).interval
+    pace = Pace(clock)
+    backlog = held(clock, *[10] * 1000)
+    built, start = 0, clock.now
+    for _ in range(round(2 / interval)):  # two seconds of hand-overs
+        pace.arrived()
+        slice_end = clock.now + interval * 1.3  # a tick 30 % late
+        while clock.now < slice_end:
+            clock.now += 0.001
+            if pace.may_build(backlog):
+                backlog.take()
+                pace.built(0.0005)
+                built += 1
+    spent = built * 0.0005
+    assert spent <= Pace.SHARE * (clock.now - start) + Pace.BURST + 0.0005
     assert not pace.behind
 
 

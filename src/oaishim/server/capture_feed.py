@@ -41,6 +41,7 @@ log: Final = logging.getLogger("oaishim.capture")
 FRAME: Final = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
 MARSHAL_VERSION: Final = 2  # see encode
 IOV_BATCH: Final = 256  # buffers one sendmsg is given at most, two a frame (the kernel allows 1,024)
+SEND_EVERY: Final = 0.02  # seconds between a busy worker's hand-overs (the capture process's pace reads its gaps)
 
 
 class RemoteWriter:
@@ -48,7 +49,7 @@ class RemoteWriter:
     from the event loop, without blocking it (see the module)."""
 
     def __init__(
-        self, address: Path, *, queue_size: int = 1024, interval: float = 0.02, send_buffer: int = 4 << 20
+        self, address: Path, *, queue_size: int = 1024, interval: float = SEND_EVERY, send_buffer: int = 4 << 20
     ) -> None:
         self.address = address
         self.queue_size = queue_size  # exchanges held (framed, not yet all in the kernel) at most

@@ -7,8 +7,9 @@ the gateway's latency tail with it (c1 p99 1.3 → 3.3 ms) even in the idle sche
 capture process reads every frame at once (the workers never wait on it) and keeps what it reads
 in a :class:`Backlog`, and :class:`Pace` says when to build from it:
 
-* while the gateway is **quiet** (no frame for ``QUIET`` seconds): build, one record at a time,
-  looking at the sockets between records, so the next request finds the core free;
+* while the gateway is **quiet** (no frame for ``QUIET`` seconds, a few of the workers' hand-over
+  intervals): build, one record at a time, looking at the sockets between records, so the next
+  request finds the core free;
 * while it is **busy**: a ``SHARE`` of the wall time (in slices of one record), which keeps up
   with a light load and leaves a heavy one alone;
 * once the backlog is **behind** (half of ``BACKLOG_BYTES`` held, or its oldest exchange
@@ -31,6 +32,8 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+
+from oaishim.server.capture_feed import SEND_EVERY
 
 log = logging.getLogger("oaishim.capture")
 WRITER_NICE = 10  # a lower CPU priority than the serving processes'
@@ -63,7 +66,12 @@ class Backlog:
 class Pace:
     """Whether the capture process may build a record now (see the module)."""
 
-    QUIET = 0.05  # seconds without a frame: the gateway has nothing in hand
+    # seconds without a frame: the gateway has nothing in hand. A busy worker hands its frames over
+    # every SEND_EVERY, so a shorter gap is a worker between two hand-overs (with hand-overs every
+    # 100 ms against a QUIET of 50, the gaps passed for quiet and records were built at full pace
+    # beside the load: the capture process's CPU went from 14 to 100 µs a request, and the c1 p99
+    # from 0.7 to 1.3-1.5 ms, bench/results/2026-12-06T0320-capture-parts-again.md)
+    QUIET = 2.5 * SEND_EVERY
     SHARE = 0.05  # of the wall time, while the gateway is busy
     BURST = 0.002  # seconds of building ahead of the share
     BACKLOG_BYTES = 256 << 20
