@@ -5,14 +5,16 @@ record, and show which path each run took."""
 
 from __future__ import annotations
 
+import http.client
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
 from _apps import RunningApp, chat_answer, post
 
-from oaishim.capture.raw import RawExchange, RawResponse
+from oaishim.capture.raw import RawExchange, RawResponse, to_tuple
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.server.app import Gateway
@@ -20,6 +22,7 @@ from oaishim.server.capture_wire import read_wire
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.exchange import RESPOND
 from oaishim.server.recorder import RecordingRespond, RecordingSend
+from oaishim.server.recording import Recording
 
 PLAIN = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 ANSWER = orjson.dumps(chat_answer("Hello!", answer_id="chatcmpl-7", prompt_tokens=3, completion_tokens=2))
@@ -92,6 +95,37 @@ def test_an_answer_written_whole_is_recorded_as_its_two_messages(tmp_path: Path)
         }
 
     assert comparable(whole) == comparable(messages)
+
+
+def test_the_gateways_plain_exchange_crosses_as_the_flat_tuple(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shape ``capture.raw`` frames as one flat tuple is the one the gateway's recorder makes
+    of a plain request (its read, the answer written whole, its own upstream client's head and
+    reads): were it not, each capture would pay for the nested form without a test failing."""
+    lengths: list[int] = []
+    with RunningApp(backend) as upstream:
+        route = ModelRoute(name="tiny", upstreams=(upstream.url,))
+        gateway = Gateway(Settings(models=(route,), capture_dir=tmp_path))
+        assert isinstance(gateway.recording, Recording)
+        writer = gateway.recording.writer
+        submit = writer.submit
+
+        def noted(raw: RawExchange) -> bool:
+            lengths.append(len(to_tuple(raw)))
+            return submit(raw)
+
+        monkeypatch.setattr(writer, "submit", noted)
+        with RunningApp(gateway) as gw:  # sent as wrk and most clients send it: head and body in one write
+            connection = http.client.HTTPConnection(urlsplit(gw.url).netloc, timeout=10)
+            connection.request(
+                "POST", "/v1/chat/completions", orjson.dumps(PLAIN), {"content-type": "application/json"}
+            )
+            answer = connection.getresponse()
+            received = answer.read()
+            connection.close()
+    assert answer.status == 200 and lengths == [16]
+    (record,) = CaptureReader(tmp_path).records()  # and the record is whole
+    assert record["error"] is None and record["client"]["request"]["method"] == "POST"
+    assert body_bytes(record["client"]["response"]) == received and record["upstream"]["response"]["complete"]
 
 
 @pytest.mark.parametrize("outcome", ["written", "refused", "raised"])

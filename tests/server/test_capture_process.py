@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,6 +113,92 @@ def test_the_tuple_form_keeps_the_wire_forms_and_the_mode() -> None:
     back = decode(encode(raw))
     assert fields(back) == fields(raw)
     assert back.upstream_request is not None and back.upstream_request.method == "DELETE"
+
+
+def plain(t: int) -> RawExchange:
+    """A plain exchange as the gateway notes it: the request as its read, the answer as written
+    whole, the upstream request as its head and body, its answer as the connection's reads."""
+    raw = RawExchange(t, 1.5, "gateway", profile="vllm")
+    raw.client_request = RawRequest(t, "", "", b"POST /v1/chat/completions HTTP/1.1\r\n\r\n{}", wire=True)
+    raw.client_response = RawResponse(t + 8, 200, (), [(t + 8, b"HTTP/1.1 200 OK\r\n\r\n{}")], True, True)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: u\r\n\r\n"
+    raw.upstream_request = RawRequest(t + 1, "POST", "http://u/v1/chat/completions", head, [b"{}"])
+    reads = [(t + 5, b"HTTP/1.1 200 OK\r\n\r\n"), (t + 6, b"{}"), (t + 7, b"")]
+    raw.upstream_response = RawResponse(t + 1, 200, (), reads, wire=True)
+    raw.end_ns = t + 9
+    return raw
+
+
+def test_a_plain_exchange_goes_as_one_flat_tuple_and_comes_back_whole() -> None:
+    raw = plain(time.perf_counter_ns())
+    assert len(to_tuple(raw)) == 16
+    assert fields(from_tuple(to_tuple(raw))) == fields(raw)
+    assert fields(decode(encode(raw))) == fields(raw)
+
+
+def _late_request(raw: RawExchange) -> None:
+    assert raw.client_request is not None
+    raw.client_request.t_ns += 1
+
+
+def _two_writes(raw: RawExchange) -> None:
+    assert raw.client_response is not None
+    raw.client_response.reads.append((raw.end_ns, b"more"))
+
+
+def _incomplete(raw: RawExchange) -> None:
+    assert raw.client_response is not None
+    raw.client_response.complete = False
+
+
+def _answer_pairs(raw: RawExchange) -> None:
+    assert raw.client_response is not None
+    raw.client_response.headers = [(b"content-type", b"application/json")]
+
+
+def _late_write(raw: RawExchange) -> None:
+    assert raw.client_response is not None
+    raw.client_response.reads = [(raw.end_ns, b"{}")]
+
+
+def _body_in_pieces(raw: RawExchange) -> None:
+    assert raw.upstream_request is not None
+    raw.upstream_request.body.append(b"!")
+
+
+def _upstream_pairs(raw: RawExchange) -> None:
+    assert raw.upstream_request is not None
+    raw.upstream_request.headers = [("host", "u")]
+
+
+def _ended(raw: RawExchange) -> None:
+    assert raw.upstream_response is not None
+    raw.upstream_response.complete = True
+
+
+def _opened_later(raw: RawExchange) -> None:
+    assert raw.upstream_response is not None
+    raw.upstream_response.t_ns += 1
+
+
+def _no_upstream(raw: RawExchange) -> None:
+    raw.upstream_request = raw.upstream_response = None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _late_request, _two_writes, _incomplete, _answer_pairs, _late_write, _body_in_pieces, _upstream_pairs,
+        _ended, _opened_later, _no_upstream,
+    ],
+)  # fmt: skip
+def test_an_exchange_of_another_shape_goes_nested_and_comes_back_whole(change: Any) -> None:
+    """Each thing the flat tuple leaves out as implied, made untrue: the nested form carries it."""
+    raw = plain(time.perf_counter_ns())
+    change(raw)
+    assert len(to_tuple(raw)) == 10
+    assert fields(from_tuple(to_tuple(raw))) == fields(raw)
+    assert fields(decode(encode(raw))) == fields(raw)
 
 
 class Name(str):

@@ -5,8 +5,8 @@ and the serving side's writer, compiled with the core (it runs once per captured
   then the exchange (``encode``): its tuples (``capture.raw.to_tuple``) in ``marshal``'s format, or
   pickled where marshal refuses a value. ``frames`` takes the complete frames off a buffer.
 * :class:`RemoteWriter` stands in a worker where the thread writer stands, and runs in the event
-  loop: ``submit`` (once the response has ended) frames the raw exchange (about 20k instructions
-  for a plain one; a 144-chunk stream in under half of pickle's time) and arms a timer; every
+  loop: ``submit`` (once the response has ended) frames the raw exchange (about 11k instructions
+  for a plain one, as one flat tuple; a 144-chunk stream in under half of pickle's time) and arms a timer; every
   ``interval`` non-blocking ``sendmsg`` calls hand the frames to the kernel. No thread: a sender
   thread took the GIL from the event loop for up to the interpreter's switch interval (5 ms),
   which was the capture's whole cost at p99 (bench/README.md).
