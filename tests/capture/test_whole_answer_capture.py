@@ -6,6 +6,7 @@ record, and show which path each run took."""
 from __future__ import annotations
 
 import http.client
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -114,14 +115,15 @@ def test_the_gateways_plain_exchange_crosses_as_the_flat_tuple(tmp_path: Path, m
             return submit(raw)
 
         monkeypatch.setattr(writer, "submit", noted)
-        with RunningApp(gateway) as gw:  # sent as wrk and most clients send it: head and body in one write
-            connection = http.client.HTTPConnection(urlsplit(gw.url).netloc, timeout=10)
-            connection.request(
-                "POST", "/v1/chat/completions", orjson.dumps(PLAIN), {"content-type": "application/json"}
-            )
-            answer = connection.getresponse()
-            received = answer.read()
-            connection.close()
+        with RunningApp(gateway) as gw:  # sent as wrk sends it: head and body in one write
+            host, port = urlsplit(gw.url).hostname, urlsplit(gw.url).port
+            body = orjson.dumps(PLAIN)
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+            with socket.create_connection((str(host), int(port or 80)), timeout=10) as sock:
+                sock.sendall(head.encode() + b"content-length: %d\r\n\r\n" % len(body) + body)
+                answer = http.client.HTTPResponse(sock)
+                answer.begin()
+                received = answer.read()
     assert answer.status == 200 and lengths == [16]
     (record,) = CaptureReader(tmp_path).records()  # and the record is whole
     assert record["error"] is None and record["client"]["request"]["method"] == "POST"
