@@ -214,24 +214,8 @@ def from_tuple(t: tuple[Any, ...]) -> RawExchange:
 
 
 def _from_fast(t: tuple[Any, ...]) -> RawExchange:
-    (
-        t0,
-        started,
-        proxy,
-        profile,
-        end_ns,
-        error,
-        read,
-        t_answer,
-        status,
-        written,
-        t_up,
-        url,
-        head,
-        body,
-        up_status,
-        reads,
-    ) = t
+    t0, started, proxy, profile, end_ns, error, read, t_answer, status, written = t[:10]
+    t_up, url, head, body, up_status, reads = t[10:]
     return RawExchange(
         t0, started, "proxy" if proxy else "gateway",
         RawRequest(t0, "", "", read, wire=True),
