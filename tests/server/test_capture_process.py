@@ -185,11 +185,47 @@ def _no_upstream(raw: RawExchange) -> None:
     raw.upstream_request = raw.upstream_response = None
 
 
+def _request_in_pieces(raw: RawExchange) -> None:
+    t0 = raw.t0_ns
+    raw.client_request = RawRequest(t0, "POST", "/v1/chat/completions", [(b"host", b"a")], [b"{", b"}"])
+
+
+def _no_request(raw: RawExchange) -> None:
+    raw.client_request = None
+
+
+def _answer_as_messages(raw: RawExchange) -> None:
+    assert raw.client_response is not None
+    raw.client_response.wire = False
+
+
+def _no_answer(raw: RawExchange) -> None:
+    raw.client_response = None
+
+
+def _upstream_request_as_read(raw: RawExchange) -> None:
+    """(As a read, a request's method, target and body are in its bytes, and its fields empty.)"""
+    sent = raw.upstream_request
+    assert sent is not None and isinstance(sent.headers, bytes)
+    raw.upstream_request = RawRequest(sent.t_ns, "", "", sent.headers + b"".join(sent.body), wire=True)
+
+
+def _upstream_answer_in_pieces(raw: RawExchange) -> None:
+    assert raw.upstream_response is not None
+    raw.upstream_response.wire = False
+
+
+def _upstream_answer_pairs(raw: RawExchange) -> None:
+    assert raw.upstream_response is not None
+    raw.upstream_response.headers = [("content-type", "application/json")]
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        _late_request, _two_writes, _incomplete, _answer_pairs, _late_write, _body_in_pieces, _upstream_pairs,
-        _ended, _opened_later, _no_upstream,
+        _late_request, _request_in_pieces, _no_request, _two_writes, _incomplete, _answer_pairs, _late_write,
+        _answer_as_messages, _no_answer, _body_in_pieces, _upstream_pairs, _upstream_request_as_read, _ended,
+        _opened_later, _upstream_answer_in_pieces, _upstream_answer_pairs, _no_upstream,
     ],
 )  # fmt: skip
 def test_an_exchange_of_another_shape_goes_nested_and_comes_back_whole(change: Any) -> None:
