@@ -116,10 +116,10 @@ def test_the_gateways_plain_exchange_crosses_as_the_flat_tuple(tmp_path: Path, m
 
         monkeypatch.setattr(writer, "submit", noted)
         with RunningApp(gateway) as gw:  # sent as wrk sends it: head and body in one write
-            host, port = urlsplit(gw.url).hostname, urlsplit(gw.url).port
+            address = urlsplit(gw.url)
             body = orjson.dumps(PLAIN)
-            head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-            with socket.create_connection((str(host), int(port or 80)), timeout=10) as sock:
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: {address.netloc}\r\ncontent-type: application/json\r\n"
+            with socket.create_connection((str(address.hostname), int(address.port or 80)), timeout=10) as sock:
                 sock.sendall(head.encode() + b"content-length: %d\r\n\r\n" % len(body) + body)
                 answer = http.client.HTTPResponse(sock)
                 answer.begin()

@@ -152,7 +152,7 @@ def _request(t: tuple[Any, ...] | None) -> RawRequest | None:
         return RawRequest(t[0], "", "", t[1], wire=True)
     if len(t) == 4:
         t_ns, target, head, body = t
-        return RawRequest(t_ns, head[: head.find(b" ")].decode("latin-1"), target, head, body)
+        return RawRequest(t_ns, _method_of(head), target, head, body)
     return RawRequest(*t)
 
 
@@ -220,7 +220,12 @@ def _from_fast(t: tuple[Any, ...]) -> RawExchange:
         t0, started, "proxy" if proxy else "gateway",
         RawRequest(t0, "", "", read, wire=True),
         RawResponse(t_answer, status, (), [(t_answer, written)], True, True),
-        RawRequest(t_up, head[: head.find(b" ")].decode("latin-1"), url, head, [body]),
+        RawRequest(t_up, _method_of(head), url, head, [body]),
         RawResponse(t_up, up_status, (), reads, wire=True),
         profile, end_ns, error,
     )  # fmt: skip
+
+
+def _method_of(head: bytes) -> str:
+    """A request's method, read from its head as written (the start line's first word)."""
+    return head[: head.find(b" ")].decode("latin-1")

@@ -7,9 +7,9 @@ and the serving side's writer, compiled with the core (it runs once per captured
 * :class:`RemoteWriter` stands in a worker where the thread writer stands, and runs in the event
   loop: ``submit`` (once the response has ended) frames the raw exchange (about 11k instructions
   for a plain one, as one flat tuple; a 144-chunk stream in under half of pickle's time) and arms
-  a timer; every ``interval`` non-blocking ``sendmsg`` calls hand the frames to the kernel. No thread: a sender
-  thread took the GIL from the event loop for up to the interpreter's switch interval (5 ms),
-  which was the capture's whole cost at p99 (bench/README.md).
+  a timer; every ``interval`` non-blocking ``sendmsg`` calls hand the frames to the kernel. No
+  thread: a sender thread took the GIL from the event loop for up to the interpreter's switch
+  interval (5 ms), which was the capture's whole cost at p99 (bench/README.md).
 * A tick sends until the socket's buffer is full; what is left goes as soon as the capture process
   has read some (the event loop watches the socket for room), not a tick later: sent once a tick,
   frames crossed at one socket buffer per ``interval`` at most (the kernel's default, 208 KiB,
