@@ -79,6 +79,7 @@ HOT = (
             "h1client",
             "h1cycle",
             "http",
+            "idle_poll",
             "metrics",
             "outbox",
             "recorder",

@@ -99,6 +99,8 @@ class Settings:
     send_timeout: float = 60.0  # a client that takes none of its answer this long is dropped
     max_header_bytes: int = 64 * 1024
     max_connections: int | None = 1024
+    # microseconds each serving process polls after a read before it sleeps (server.idle_poll): 0, off
+    idle_poll_us: int = 0
     # the upstream side (server.upstream): connecting, the response head (from the start of an
     # attempt), a silence inside the body, the whole exchange (None: no deadline)
     connect_timeout: float = 10.0

@@ -29,6 +29,7 @@ from typing import Any, Final, cast
 
 import httptools
 
+from oaishim.server.idle_poll import POLL
 from oaishim.server.outbox import HOLD_MAX, Outbox
 
 HIGH_WATER: Final = 256 * 1024
@@ -191,6 +192,7 @@ class Connection(asyncio.Protocol):
         self.parser = _GONE  # (it calls this connection's methods: a cycle; nothing more is parsed)
 
     def data_received(self, data: bytes) -> None:
+        POLL.wake(self._loop)  # (serve --idle-poll-us)
         wire = self.wire
         if wire is not None:
             wire.append((now(), data))

@@ -43,6 +43,7 @@ import httptools
 
 from oaishim.server.exchange import DIRECT_BODY, ON_GONE, READ, REQUEST_TASK, RESPOND
 from oaishim.server.h1cycle import HIGH_WATER, Cycle, status_line
+from oaishim.server.idle_poll import POLL
 from oaishim.server.outbox import HOLD_MAX, Outbox
 from oaishim.wire.errors import OpenAIError, bad_request, internal_error, timeout, too_large, unavailable
 
@@ -67,6 +68,8 @@ class HttpLimits:
     keep_alive: float = 5.0  # seconds an idle kept-alive connection is kept (as uvicorn and Node do)
     # seconds a client may take none of its answer (the writes backed up) before it is dropped
     send_timeout: float = 60.0
+    # microseconds the loop polls after a read before it sleeps (server.idle_poll; 0: it sleeps at once)
+    idle_poll_us: int = 0
 
 
 @dataclass(slots=True)
@@ -273,6 +276,7 @@ class HttpConnection(asyncio.Protocol):
 
     # -- reading -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        POLL.wake(self.loop)  # (serve --idle-poll-us: the loop polls a while before it sleeps again)
         if self._refused or self._stopped:
             return  # lingering after a refusal (or past a full pipeline): read and dropped
         if self._why == _IDLE:

@@ -18,6 +18,7 @@ from typing import Any
 from oaishim.capture.redact import parse_path
 from oaishim.engine.tokens import load_special_tokens
 from oaishim.profiles import get_profile
+from oaishim.server.idle_poll import MAX_WINDOW_US
 from oaishim.transform.context import ReasoningField
 from oaishim.transform.special import SpecialTokens
 from oaishim.wire.paths import parse_rule
@@ -275,6 +276,7 @@ KNOBS: dict[str, Knob] = {
     "send_timeout": Knob(_numeric(float, 1e-3)),
     "max_header_bytes": Knob(_numeric(int, 256)),
     "max_connections": Knob(_numeric(int, 0, zero=True)),
+    "idle_poll_us": Knob(_numeric(int, 0, MAX_WINDOW_US)),  # server.idle_poll
     # the upstream side (server.upstream)
     "connect_timeout": Knob(_numeric(float, 1e-3)),
     "first_byte_timeout": Knob(_numeric(float, 1e-3)),

@@ -34,6 +34,7 @@ def limits_for(settings: Settings) -> HttpLimits:
         max_header_bytes=settings.max_header_bytes,
         max_body_bytes=settings.max_body_bytes,
         max_connections=settings.max_connections,
+        idle_poll_us=settings.idle_poll_us,
     )
 
 

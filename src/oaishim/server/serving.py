@@ -27,6 +27,7 @@ from email.utils import formatdate
 from typing import Any
 
 from oaishim.server.http import HttpLimits, ServerState, protocol_factory
+from oaishim.server.idle_poll import POLL
 
 log = logging.getLogger("oaishim.server")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -149,13 +150,16 @@ class Server:
             bound = [s.getsockname() for server in listening for s in server.sockets]
             log.info("serving on %s", ", ".join(f"http://{a[0]}:{a[1]}" for a in bound))
             self._tick()
+            POLL.start(loop, self.state.limits.idle_poll_us)
             while not self.should_exit:
                 await self._wake.wait()
                 self._wake.clear()
+            POLL.stop(loop)  # (a draining server sleeps between reads)
             await self._drain(listening)
             if not self.force_exit:
                 await lifespan.shutdown()
         finally:
+            POLL.stop(loop)
             for sig in handled:
                 loop.remove_signal_handler(sig)
 
