@@ -8,6 +8,8 @@
 * ``oaishim_workers``: the same with ``--workers N`` (N = the number of cores, or
   ``OAISHIM_BENCH_WORKERS``; measured once ``oaishim serve`` has the flag).
 * ``oaishim_capture``: the same with ``--capture DIR`` (measured once the flag exists).
+* ``oaishim_poll``: the same with ``--idle-poll-us N`` (N = ``OAISHIM_BENCH_IDLE_POLL_US``, 200 by
+  default): the loop polls that long after a read before it sleeps, CPU traded for latency.
 * ``litellm``: the LiteLLM proxy from its own venv, a ``hosted_vllm/`` route, a master key.
 """
 
@@ -22,8 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM_VENV = Path(os.environ.get("OAISHIM_LITELLM_VENV", Path.home() / ".cache/oaishim/litellm-venv"))
 KEY = "sk-bench"
-NAMES = ("direct", "nginx", "oaishim", "oaishim_workers", "oaishim_capture", "litellm")
+NAMES = ("direct", "nginx", "oaishim", "oaishim_workers", "oaishim_capture", "oaishim_poll", "litellm")
 WORKERS = int(os.environ.get("OAISHIM_BENCH_WORKERS", os.cpu_count() or 1))  # for oaishim_workers
+IDLE_POLL_US = int(os.environ.get("OAISHIM_BENCH_IDLE_POLL_US", "200"))  # for oaishim_poll
+OAISHIM_PATHS = ("oaishim", "oaishim_capture", "oaishim_before", "oaishim_workers", "oaishim_poll")
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ def unavailable(name: str, sources: dict[str, Path]) -> str | None:
         return "n/a: `oaishim serve` has no --capture flag yet (picked up automatically once it has)"
     if name == "oaishim_workers" and not serve_has("--workers", sources.get(name)):
         return "n/a: `oaishim serve` has no --workers flag yet (picked up automatically once it has)"
+    if name == "oaishim_poll" and not serve_has("--idle-poll-us", sources.get(name)):
+        return "n/a: `oaishim serve` has no --idle-poll-us flag yet (picked up automatically once it has)"
     return None
 
 
@@ -75,7 +81,7 @@ def launch(name: str, upstream: str, port: int, tmp: Path, sources: dict[str, Pa
     folder, e.g. from ``git archive``) run on this checkout's venv, for before/after comparisons;
     ``oaishim_before`` is ``oaishim`` from such a copy, measured in the same rounds."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if name in ("oaishim", "oaishim_capture", "oaishim_before", "oaishim_workers"):
+    if name in OAISHIM_PATHS:
         if name in sources:
             env["PYTHONPATH"] = str(sources[name])  # ahead of the venv's editable install
         argv = [
@@ -86,6 +92,8 @@ def launch(name: str, upstream: str, port: int, tmp: Path, sources: dict[str, Pa
             argv += ["--capture", str(tmp / "capture")]
         if name == "oaishim_workers":
             argv += ["--workers", str(WORKERS)]
+        if name == "oaishim_poll":
+            argv += ["--idle-poll-us", str(IDLE_POLL_US)]
         return Launch(argv, env, tmp)
     if name == "nginx":
         conf = tmp / "nginx.conf"

@@ -49,7 +49,16 @@ ROWS = [  # (label, key path, goal key)
 LEVELS = ("c1", "c32", "c64")
 
 
-PATHS = ("direct", "nginx", "oaishim", "oaishim_workers", "oaishim_capture", "litellm", "oaishim_before")
+PATHS = (
+    "direct",
+    "nginx",
+    "oaishim",
+    "oaishim_workers",
+    "oaishim_capture",
+    "oaishim_poll",
+    "litellm",
+    "oaishim_before",
+)
 
 
 def pct(values: list[float], q: int) -> float:
@@ -202,7 +211,11 @@ def _ratio(top: float | None, bottom: float | None) -> str:
 def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     names = [n for n in PATHS if n in result]
-    ours = [n for n in ("oaishim", "oaishim_workers", "oaishim_capture") if n in result and n not in meta["skipped"]]
+    ours = [
+        n
+        for n in ("oaishim", "oaishim_workers", "oaishim_capture", "oaishim_poll")
+        if n in result and n not in meta["skipped"]
+    ]
     before = "oaishim_before" in result and "oaishim_before" not in meta["skipped"]
     head = ["figure (median of rounds)", "goal", *names]
     for n in ours:
