@@ -163,10 +163,11 @@ def free_port() -> int:
 class RunningGateway:
     """The real gateway app under its HTTP server, in a thread of this process."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, loop: str = "asyncio") -> None:
         self.app = Gateway(settings)
-        # as `oaishim serve` configures it (the limits of its connections)
-        self.server = ThreadServer(Server(self.app, "127.0.0.1", settings.port, limits_for(settings)))
+        # as `oaishim serve` configures it (the limits of its connections); ``loop``: asyncio's or
+        # uvloop's, which `oaishim serve` runs on
+        self.server = ThreadServer(Server(self.app, "127.0.0.1", settings.port, limits_for(settings)), loop=loop)
         self.url = f"http://127.0.0.1:{settings.port}"
 
     def __enter__(self) -> RunningGateway:

@@ -276,9 +276,9 @@ class HttpConnection(asyncio.Protocol):
 
     # -- reading -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        POLL.wake(self.loop)  # (serve --idle-poll-us: the loop polls a while before it sleeps again)
         if self._refused or self._stopped:
             return  # lingering after a refusal (or past a full pipeline): read and dropped
+        POLL.wake(self.loop)  # (serve --idle-poll-us: the loop polls a while before it sleeps again)
         if self._why == _IDLE:
             self._why = _NONE
         rest = b""

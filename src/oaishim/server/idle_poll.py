@@ -10,21 +10,26 @@ instructions. With 200 µs of polling, c1 p50 (added) went from 0.222 to 0.151 m
 first token from 0.497 to 0.359 ms; with the guest's own halt polling on instead, c1 came to 0.126
 ms (bench/results/2026-12-06T0814-idle-poll.md).
 
-:data:`POLL` is one per process. The server starts it on its loop with a window (``start``); each
-read of a client connection or an upstream connection calls ``wake``. While the last read is at
-most the window old the loop keeps a callback ready, so libuv polls without blocking and the
-process keeps its CPU; each such turn yields the CPU first (``sched_yield``), so a process that is
-ready to run is not held up. After the window without a read the loop sleeps as usual, and the
-next read starts the polling again. The window fits itself to the gaps between reads, as Linux's
-guest halt polling does (``slept``): it shrinks to nothing where reads come further apart than
-the window asked for (a slow stream's tokens), and grows back, up to that, where they do not.
+:data:`POLL` is one per process. A server that polls starts it on its loop with a window
+(``start``); each read of a client connection or an upstream connection calls ``wake``. While the
+last read is at most the window old the loop keeps a callback ready, so libuv polls without
+blocking and the process keeps its CPU; each turn that goes on polling yields the CPU (``sched_yield``),
+so a process that is ready to run is not held up. After the window without a read the loop sleeps
+as usual, and the next read starts the polling again. The window fits itself to the gaps between
+reads, as Linux's guest halt polling does (``slept``): where the loop, having polled in vain, then
+sleeps longer than the window asked for before the next read (a slow stream's tokens, a model's
+first token), it halves, to nothing; where a longer poll would have caught the read, it grows
+back. So what gains is what comes back within the window: a client's next request on a kept-alive
+connection, an upstream that answers in microseconds (a cache, the benchmark's synthetic one), the
+reads of a busy stream; an answer a model takes milliseconds to start is waited for asleep.
 
-Polling is worth it only where the CPU would otherwise idle: a turn that lost the CPU to another
-process (its wall time well past this thread's CPU time) ends the poll, and reads start none for a
-few milliseconds after, so on a busy machine the loop sleeps as it would without polling (on two
-vCPUs under wrk at c32 polling without this cost +20 % latency). The price is CPU: up to the
-window of it after each burst of work, so a load whose gaps are shorter than the window turns the
-process's idle time into CPU time, which a container's CPU quota counts. Off, ``wake`` is one test.
+Polling is worth it only where the CPU would otherwise idle: a turn that lost the CPU meanwhile
+(its wall time well past this thread's CPU time: another process or thread ran, or the host took
+the vCPU) ends the poll, and reads start none for a few milliseconds after, so on a busy machine
+the loop sleeps as it would without polling (on two vCPUs under wrk at c32 polling without this
+cost +20 % latency). The price is CPU: up to the window of it after each burst of work, so a load
+whose gaps are shorter than the window turns the process's idle time into CPU time, which a
+container's CPU quota counts. Off, ``wake`` is one test.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class IdlePoll:
         self._loop = loop
         self.max_ns = self.window_ns = max(0, window_us) * 1000
         self._slept_at = self._quiet_until = 0
+        self._on = None  # (a spin left queued on a loop that ended is not this one's)
 
     def stop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop polling on ``loop`` (the spin, if running, ends at its next turn)."""
@@ -117,24 +123,28 @@ class IdlePoll:
                     self._last = self._turn_at = t
                     self._cpu_at = cpu_now()
                     self._slept_at = 0
-                    loop.call_soon(self._spin)
+                    loop.call_soon(self._spin, loop)
                 else:
                     self._slept_at = t  # no poll: the loop sleeps once this read is dealt with
 
-    def _spin(self) -> None:
+    def _spin(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One turn of polling on ``loop`` (its own: never another thread's)."""
         t, cpu = now(), cpu_now()
         taken = (t - self._turn_at) - (cpu - self._cpu_at) > self.taken_ns
         self._turn_at, self._cpu_at = t, cpu
+        if loop is not self._on or loop is not self._loop:  # stopped, or another loop started
+            if loop is self._on:
+                self._on = None
+            return
         if self.reads != self._seen:  # a read since the last turn: the window starts again
             self._seen = self.reads
             self._last = t
-        loop = self._on
-        if loop is None or loop is not self._loop or taken:
-            # stopped, another loop started, or the CPU went to another process (on a CPU that
-            # busy, sleeping costs no halt): the loop sleeps, and the gap after is not the window's
-            if taken:
-                self.taken += 1
-                self._quiet_until = t + self.quiet_ns
+        if taken:
+            # the CPU went to something else meanwhile (another process, another thread, the host):
+            # on a CPU that busy sleeping costs no halt, so the loop sleeps, and the gap after is not
+            # the window's to fit
+            self.taken += 1
+            self._quiet_until = t + self.quiet_ns
             self._on = None
             self._slept_at = 0
             return
@@ -143,8 +153,8 @@ class IdlePoll:
             self._slept_at = t
             return
         self.turns += 1
-        yield_cpu()
-        loop.call_soon(self._spin)
+        yield_cpu()  # before the next turn: a process ready to run here runs first
+        loop.call_soon(self._spin, loop)
 
 
 POLL: Final = IdlePoll()

@@ -23,6 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from oaishim.server.exchange import Exchange, StreamCount
+from oaishim.server.idle_poll import POLL
 
 __all__ = ["CONTENT_TYPE", "Metrics", "StreamCount"]
 
@@ -133,6 +134,23 @@ class _CaptureDrops(Collector):
         yield family
 
 
+class _IdlePoll(Collector):
+    """What ``serve --idle-poll-us`` did in this process (server.idle_poll): 0 and 0 when it is off."""
+
+    def collect(self) -> Iterator[Metric]:
+        turns = CounterMetricFamily(
+            "oaishim_idle_poll_turns", "Event loop turns spent polling after a read instead of sleeping."
+        )
+        turns.add_metric([], float(POLL.turns))
+        yield turns
+        taken = CounterMetricFamily(
+            "oaishim_idle_poll_given_up",
+            "Polls given up because the CPU went to something else meanwhile (another process or thread, the host).",
+        )
+        taken.add_metric([], float(POLL.taken))
+        yield taken
+
+
 class Metrics:
     def __init__(self, streams: StreamCount, capture: object = None) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
@@ -209,6 +227,7 @@ class Metrics:
         open_streams = Gauge("oaishim_open_streams", "Streams being relayed now.", registry=registry)
         open_streams.set_function(lambda: float(streams.n))
         registry.register(_CaptureDrops(capture))
+        registry.register(_IdlePoll())
         self._gen_ai: dict[tuple[str, ...], tuple[_Series, ...]] = {}
 
     def render(self) -> bytes:

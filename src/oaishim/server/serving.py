@@ -150,16 +150,19 @@ class Server:
             bound = [s.getsockname() for server in listening for s in server.sockets]
             log.info("serving on %s", ", ".join(f"http://{a[0]}:{a[1]}" for a in bound))
             self._tick()
-            POLL.start(loop, self.state.limits.idle_poll_us)
+            polling = self.state.limits.idle_poll_us > 0
+            if polling:  # (one per process: a server that does not poll leaves it to one that does)
+                POLL.start(loop, self.state.limits.idle_poll_us)
             while not self.should_exit:
                 await self._wake.wait()
                 self._wake.clear()
-            POLL.stop(loop)  # (a draining server sleeps between reads)
+            if polling:
+                POLL.stop(loop)  # (a draining server sleeps between reads)
             await self._drain(listening)
             if not self.force_exit:
                 await lifespan.shutdown()
         finally:
-            POLL.stop(loop)
+            POLL.stop(loop)  # (a no-op unless this loop polls)
             for sig in handled:
                 loop.remove_signal_handler(sig)
 
