@@ -6,9 +6,9 @@ vCPU halts (a KVM guest with guest halt polling off: ``haltpoll.guest_halt_poll_
 2-vCPU VM the benchmark ran on) each sleep hands the vCPU back to the host. Waking it costs the
 host's exit and entry, and the request then runs at a worse rate (its caches cold): on that VM a
 plain request cost the serving process about 250 µs of CPU at c1 against 80 at c32, for the same
-instructions. With 200 µs of polling, c1 p50 (added) went from 0.222 to 0.151 ms and the stream's
-first token from 0.497 to 0.359 ms; with the guest's own halt polling on instead, c1 came to 0.126
-ms (bench/results/2026-12-06T0814-idle-poll.md).
+instructions. With 200 µs of polling, c1 p50 (added) went from 0.222 to 0.151 ms; with the guest's
+own halt polling on instead, to 0.126 ms (bench/results/2026-12-06T0814-idle-poll.md). A stream's
+first token showed no gain the rounds could tell from noise (bench/README.md, "The idle round").
 
 :data:`POLL` is one per process. A server that polls starts it on its loop with a window
 (``start``); each read of a client connection or an upstream connection calls ``wake``. While the
