@@ -48,7 +48,7 @@ CONCURRENCY = (1, 32, 64)  # plain requests (wrk connections)
 SATURATION_PLAIN = (1, 2, 4, 8, 16, 32, 64, 128)  # wrk connections, stepped until p99 doubles
 SATURATION_STREAMS = (4, 16, 64, 128, 256)  # concurrent streams of SATURATION_TOKENS chunks
 SATURATION_TOKENS = 32
-RESPONSES_PATHS = ("oaishim", "oaishim_capture", "oaishim_workers", "oaishim_poll", "oaishim_before", "litellm")
+RESPONSES_PATHS = (*paths.OAISHIM_PATHS, "litellm")
 
 
 def free_port() -> int:
@@ -128,9 +128,7 @@ class Bench:
         self.upstream_proc: subprocess.Popen[str] | None = None
         self.sources: dict[str, Path] = {}
         if args.oaishim_src is not None:
-            self.sources |= dict.fromkeys(
-                ("oaishim", "oaishim_capture", "oaishim_workers", "oaishim_poll"), args.oaishim_src
-            )
+            self.sources |= dict.fromkeys(paths.OURS, args.oaishim_src)
         if args.before_src is not None:
             self.sources["oaishim_before"] = args.before_src
 

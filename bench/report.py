@@ -17,6 +17,7 @@ from typing import Any
 
 import capture_pairs
 import orjson
+import paths
 
 GOALS = {  # the goals, shown beside the figures (goals, not assertions)
     "latency": "≤ 1/10 LiteLLM, ≤ 2× nginx",
@@ -211,11 +212,7 @@ def _ratio(top: float | None, bottom: float | None) -> str:
 def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     names = [n for n in PATHS if n in result]
-    ours = [
-        n
-        for n in ("oaishim", "oaishim_workers", "oaishim_capture", "oaishim_poll")
-        if n in result and n not in meta["skipped"]
-    ]
+    ours = [n for n in paths.OURS if n in result and n not in meta["skipped"]]
     before = "oaishim_before" in result and "oaishim_before" not in meta["skipped"]
     head = ["figure (median of rounds)", "goal", *names]
     for n in ours:

@@ -150,14 +150,12 @@ class Server:
             bound = [s.getsockname() for server in listening for s in server.sockets]
             log.info("serving on %s", ", ".join(f"http://{a[0]}:{a[1]}" for a in bound))
             self._tick()
-            polling = self.state.limits.idle_poll_us > 0
-            if polling:  # (one per process: a server that does not poll leaves it to one that does)
+            if self.state.limits.idle_poll_us > 0:  # (one per process: one that does not poll leaves it be)
                 POLL.start(loop, self.state.limits.idle_poll_us)
             while not self.should_exit:
                 await self._wake.wait()
                 self._wake.clear()
-            if polling:
-                POLL.stop(loop)  # (a draining server sleeps between reads)
+            POLL.stop(loop)  # (a draining server sleeps between reads; a no-op unless this loop polls)
             await self._drain(listening)
             if not self.force_exit:
                 await lifespan.shutdown()
