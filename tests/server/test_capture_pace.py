@@ -12,7 +12,19 @@ from pathlib import Path
 import pytest
 
 from oaishim.server.capture_feed import RemoteWriter
-from oaishim.server.capture_pace import Backlog, Pace, Priority, one_core
+from oaishim.server.capture_pace import (
+    BACKLOG_MIN,
+    MIB,
+    RELEASE_AFTER,
+    Backlog,
+    Pace,
+    Priority,
+    backlog_bytes_for,
+    one_core,
+)
+from oaishim.server.capture_process import backlog_bytes
+from oaishim.server.config import build_settings
+from oaishim.server.knobs import usable_memory
 
 
 class Clock:
@@ -119,9 +131,12 @@ def test_the_wait_ends_when_the_share_or_the_quiet_allows_a_build(clock: Clock) 
     assert pace.wait(backlog) == pytest.approx(min(Pace.QUIET, 0.0015 / Pace.SHARE))
 
 
-def test_a_backlog_past_half_its_bytes_is_behind_until_a_quarter(clock: Clock) -> None:
-    pace = Pace(clock)
-    half = Pace.BACKLOG_BYTES // 2
+@pytest.mark.parametrize("bound", [BACKLOG_MIN, 10_000])
+def test_a_backlog_past_half_its_bytes_is_behind_until_a_quarter(clock: Clock, bound: int) -> None:
+    pace = Pace(clock, bound)
+    half = bound // 2
+    pace.may_build(held(clock, half))
+    assert not pace.behind  # half itself is not past it
     backlog = held(clock, half, 1)
     pace.arrived()
     pace.tokens = -1.0  # the share spent: only being behind allows a build
@@ -140,10 +155,100 @@ def test_a_backlog_whose_oldest_is_too_old_is_behind(clock: Clock) -> None:
     assert pace.may_build(backlog) and pace.behind
 
 
-def test_a_full_backlog_stops_the_reading(clock: Clock) -> None:
-    pace = Pace(clock)
-    assert not pace.full(held(clock, Pace.BACKLOG_BYTES - 1))
-    assert pace.full(held(clock, Pace.BACKLOG_BYTES))
+@pytest.mark.parametrize("bound", [BACKLOG_MIN, 10_000])
+def test_a_full_backlog_stops_the_reading(clock: Clock, bound: int) -> None:
+    pace = Pace(clock, bound)
+    assert not pace.full(held(clock, bound - 1))
+    assert pace.full(held(clock, bound))
+
+
+@pytest.mark.parametrize(
+    ("memory", "bound"),
+    [(None, 256 * MIB), (1 << 30, 256 * MIB), (8 << 30, 512 * MIB), (24 << 30, 1536 * MIB), (64 << 30, 2048 * MIB)],
+)
+def test_the_default_bound_is_a_sixteenth_of_the_memory_within_its_range(memory: int | None, bound: int) -> None:
+    assert backlog_bytes_for(memory) == bound
+
+
+def test_the_bound_is_the_setting_else_the_machines(tmp_path: Path) -> None:
+    given = build_settings(upstream="http://127.0.0.1:9", capture=tmp_path, capture_backlog_mb=1.5)
+    assert backlog_bytes(given) == 1536 * 1024
+    machine = usable_memory()
+    assert machine is not None and machine > 0  # (Linux: /proc/meminfo)
+    assert backlog_bytes(build_settings(upstream="http://127.0.0.1:9", capture=tmp_path)) == backlog_bytes_for(machine)
+
+
+def machine(tmp_path: Path, total_kb: int | None, group: str | None, limits: dict[str, str]) -> Path:
+    """A folder laid out as ``/proc`` and ``/sys/fs/cgroup`` are, with these figures."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    if total_kb is not None:
+        (tmp_path / "proc/meminfo").write_text(f"MemTotal:       {total_kb} kB\nMemFree:        1 kB\n")
+    if group is not None:
+        (tmp_path / "proc/self/cgroup").write_text(f"0::{group}\n")
+    for folder, value in limits.items():
+        where = tmp_path / "sys/fs/cgroup" / folder
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "memory.max").write_text(value + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("total_kb", "group", "limits", "expected"),
+    [
+        (8 << 20, None, {}, 8 << 30),  # no cgroup file: the machine's
+        (8 << 20, "/a/b", {"a/b": "max", "a": "max"}, 8 << 30),  # no limit anywhere
+        (8 << 20, "/a/b", {"a/b": str(1 << 30)}, 1 << 30),  # its own group's
+        (8 << 20, "/a/b", {"a/b": "max", "a": str(2 << 30)}, 2 << 30),  # a parent's
+        (8 << 20, "/a/b", {"a/b": str(3 << 30), "a": str(2 << 30)}, 2 << 30),  # the least of them
+        (1 << 20, "/a", {"a": str(4 << 30)}, 1 << 30),  # a limit above the machine's memory
+        (None, "/a", {"a": str(4 << 30)}, 4 << 30),  # no meminfo
+        (None, None, {}, None),  # nothing to read
+        (8 << 20, "/a", {"a": "garbage"}, 8 << 30),  # a value that is not a number is passed over
+    ],
+)
+def test_the_usable_memory_is_the_machines_or_the_least_cgroup_limit(
+    tmp_path: Path, total_kb: int | None, group: str | None, limits: dict[str, str], expected: int | None
+) -> None:
+    assert usable_memory(machine(tmp_path, total_kb, group, limits)) == expected
+
+
+def test_a_backlog_that_held_enough_says_once_that_it_is_drained(clock: Clock) -> None:
+    backlog = held(clock, RELEASE_AFTER // 2, RELEASE_AFTER // 2)
+    assert not backlog.drained()  # (still held)
+    backlog.take()
+    backlog.add(clock.now, b"x")  # the peak is what counts, not what is held now
+    backlog.take()
+    assert not backlog.drained()
+    backlog.take()
+    assert backlog.drained() and not backlog.drained()  # once
+    small = held(clock, RELEASE_AFTER - 1)
+    small.take()
+    assert not small.drained()  # too little held to be worth a release
+
+
+RELEASE_PROBE = """
+import collections, os, sys
+from oaishim.server.capture_pace import release_memory
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) * 1024
+held = collections.deque(os.urandom(16) * 256 for _ in range(50_000))  # 200 MB of 4 KB payloads, as a backlog
+peak = rss()
+held.clear()
+kept = rss()
+released = release_memory()
+print(peak, kept, rss(), released)
+"""
+
+
+def test_the_memory_a_built_backlog_held_goes_back_to_the_system() -> None:
+    """In a process of its own (what the test process holds would blur the figures)."""
+    out = subprocess.run([sys.executable, "-c", RELEASE_PROBE], capture_output=True, text=True, check=True).stdout
+    peak, kept, after, released = out.split()
+    if released != "True":
+        pytest.skip("no malloc_trim in this C library")
+    assert int(peak) > 180 * MIB
+    assert int(kept) > 150 * MIB  # freed, and still the process's: what release_memory is for
+    assert int(after) < 60 * MIB
 
 
 def test_the_writer_is_idle_while_it_keeps_pace_and_takes_its_share_when_behind() -> None:

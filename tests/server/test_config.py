@@ -234,6 +234,7 @@ BAD_FILES = [
     ("timeout.toml", 'upstream = "http://u:1"\nfirst_byte_timeout = -1\n', "first_byte_timeout: -1 is out of range"),
     ("keys.toml", 'upstream = "http://u:1"\napi_keys = 5\n', "api_keys: expected a list of strings"),
     ("upstream.toml", "upstream = 5\n", "upstream: expected a URL"),
+    ("backlog.toml", 'upstream = "http://u:1"\ncapture_backlog_mb = 0\n', "capture_backlog_mb: 0 is out of range"),
 ]
 
 
@@ -267,6 +268,17 @@ def test_bad_environment_values(monkeypatch: pytest.MonkeyPatch, variable: str, 
     with pytest.raises(ConfigError) as caught:
         build_settings()
     assert message in str(caught.value)
+
+
+def test_the_capture_backlog_from_the_flag_the_environment_or_the_file(
+    files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert build_settings(upstream="http://u:1").capture_backlog_bytes is None  # (from the memory: capture_pace)
+    path = files("backlog.toml", 'upstream = "http://u:1"\ncapture_backlog_mb = 64\n')
+    assert build_settings(config=path).capture_backlog_bytes == 64 << 20
+    monkeypatch.setenv("OAISHIM_CAPTURE_BACKLOG_MB", "512")
+    assert build_settings(config=path).capture_backlog_bytes == 512 << 20
+    assert build_settings(config=path, capture_backlog_mb=0.5).capture_backlog_bytes == 1 << 19
 
 
 def test_profile_with_a_version_is_accepted() -> None:

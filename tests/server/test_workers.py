@@ -72,6 +72,17 @@ class Served:
         finally:
             conn.close()
 
+    def ready(self, within: float = 30.0) -> None:
+        """Until the gateway answers /health (one worker: no worker header to count)."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                self.call("GET", "/health")
+                return
+            except OSError:
+                assert time.monotonic() < deadline and self.process.poll() is None, self.log.read_text()
+                time.sleep(0.1)
+
     def worker_pids(self, want: int, within: float = 30.0) -> set[int]:
         """The pids answering /health, until ``want`` distinct ones were seen."""
         seen: set[int] = set()
@@ -246,14 +257,7 @@ def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend:
         if workers == "2":
             served.worker_pids(2)
         else:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    served.call("GET", "/health")
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline and served.process.poll() is None, served.log.read_text()
-                    time.sleep(0.1)
+            served.ready()
         # the writer is a process of its own beside the serving ones, in the idle scheduling class
         # (where it may leave it again: root here), the serving ones in the normal one
         forked = children(served.process.pid)
@@ -298,6 +302,33 @@ def test_a_quiet_gateway_has_its_records_written_while_it_keeps_serving(tmp_path
         assert served.process.poll() is None  # still serving
         assert stop(served) == 0
     assert len([r for r in CaptureReader(folder).records() if r["error"] is None]) >= sent
+
+
+def test_a_capture_backlog_bound_smaller_than_an_exchange_loses_nothing(tmp_path: Path, backend: Replayer) -> None:
+    """``--capture-backlog-mb`` reaches the capture process; with a bound below one exchange's
+    size, every frame puts it behind and past full (it stops reading until it has built what it
+    holds, server.capture_pace), and every record is still written, in order."""
+    folder = tmp_path / "capture"
+    bound = "0.001"  # 1,048 bytes
+    with serve(
+        tmp_path, backend.url, "--capture", str(folder), "--capture-backlog-mb", bound, "--log-level", "info"
+    ) as served:
+        served.ready()
+        sent = 24
+        for i in range(sent):
+            status, _, _ = served.call("POST", "/v1/chat/completions", {**CHAT, "stream": i % 2 == 0})
+            assert status == 200
+        assert stop(served) == 0
+        log = served.log.read_text()
+    assert "capture: up to 1048 bytes of exchanges held before their records are built" in log
+    assert "the writer is behind" in log
+    chats = [r for r in CaptureReader(folder).records() if r["client"]["request"]["target"] == "/v1/chat/completions"]
+    assert len(chats) == sent
+    bodies = [r["client"]["request"]["body"] for r in chats]
+    assert [json.loads(b)["stream"] if isinstance(b, str) else b["stream"] for b in bodies] == [
+        i % 2 == 0 for i in range(sent)
+    ]
+    assert all(r["client"]["response"]["complete"] and r["error"] is None for r in chats)
 
 
 def test_a_capture_folder_that_cannot_be_written_stops_the_start(tmp_path: Path, backend: Replayer) -> None:

@@ -143,6 +143,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--capture", type=Path, metavar="DIR", help="record every exchange, both sides, in DIR")
     p.add_argument("--capture-redact", action="append", default=[], metavar="JSONPATH", help="also redact this")
     p.add_argument(
+        "--capture-backlog-mb",
+        type=float,
+        metavar="MB",
+        help="exchanges the capture process may hold before their records are built, in MiB; past half of it "
+        "it builds at full pace (default: a sixteenth of the memory, 256 to 2048)",
+    )
+    p.add_argument(
         "--passthrough",
         action="append",
         default=[],
@@ -257,6 +264,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             display_cleanup=args.display_cleanup,
             capture=args.capture,
             capture_redact=args.capture_redact,
+            capture_backlog_mb=args.capture_backlog_mb,
             passthrough=args.passthrough,
             **{
                 flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))

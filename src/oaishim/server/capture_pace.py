@@ -12,11 +12,20 @@ in a :class:`Backlog`, and :class:`Pace` says when to build from it:
   request finds the core free;
 * while it is **busy**: a ``SHARE`` of the wall time (in slices of one record), which keeps up
   with a light load and leaves a heavy one alone;
-* once the backlog is **behind** (half of ``BACKLOG_BYTES`` held, or its oldest exchange
+* once the backlog is **behind** (half of its bound in bytes held, or its oldest exchange
   ``BACKLOG_AGE`` seconds old): build without pause, at nice 10 rather than in the idle class
-  (:class:`Priority`), until it is down to half of both. With ``BACKLOG_BYTES`` held the capture
-  process stops reading (:meth:`Pace.full`): it no longer keeps up even at full pace, its sockets
-  fill, and the workers drop and count, as before.
+  (:class:`Priority`), until it is down to a quarter of the bytes and half the age. With the whole
+  bound held the capture process stops reading (:meth:`Pace.full`): it no longer keeps up even at
+  full pace, its sockets fill, and the workers drop and count, as before.
+
+The bound (``serve --capture-backlog-mb``) is by default a sixteenth of the memory the gateway may
+use (:func:`backlog_bytes_for`: the machine's, or its cgroup's limit), 256 MiB at least and 2 GiB at
+most. At 256 MiB for every machine, a burst of 30,000 plain exchanges (three seconds of wrk at c32
+on two cores, 4 KiB each) was behind within the burst, and the records were built at full pace
+beside it: 37 µs of the capture process's CPU a request while the load ran, against 9 with the
+bound out of reach (bench/README.md, "The backlog round"). Memory the backlog held goes back to
+the system once it is built (:func:`release_memory`): the allocator kept it, and the capture
+process stayed at the burst's size (171 MB) for good.
 
 A record is therefore late under load (at most ``BACKLOG_AGE`` seconds), never lost: on SIGTERM
 the capture process builds all it holds before it exits. A ``kill -9`` of the capture process
@@ -37,6 +46,30 @@ from oaishim.server.capture_feed import SEND_EVERY
 
 log = logging.getLogger("oaishim.capture")
 WRITER_NICE = 10  # a lower CPU priority than the serving processes'
+MIB = 1 << 20
+BACKLOG_MIN, BACKLOG_MAX = 256 * MIB, 2048 * MIB  # the default bound's range (backlog_bytes_for)
+RELEASE_AFTER = 16 * MIB  # a backlog that held this much gives its memory back once it is built
+
+
+def backlog_bytes_for(memory: int | None) -> int:
+    """The default bound of the backlog, in bytes, for ``memory`` bytes usable (None: unknown)."""
+    if memory is None:
+        return BACKLOG_MIN
+    return max(BACKLOG_MIN, min(BACKLOG_MAX, memory // 16))
+
+
+def release_memory() -> bool:
+    """Hand the memory the allocator holds free back to the system (glibc's ``malloc_trim``);
+    False where there is no such call (another C library)."""
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
 
 
 class Backlog:
@@ -45,6 +78,7 @@ class Backlog:
     def __init__(self) -> None:
         self._items: deque[tuple[float, bytes]] = deque()  # (when it arrived, payload)
         self.bytes = 0
+        self.peak = 0  # the most bytes held since the backlog was last empty
 
     def __len__(self) -> int:
         return len(self._items)
@@ -52,11 +86,20 @@ class Backlog:
     def add(self, at: float, payload: bytes) -> None:
         self._items.append((at, payload))
         self.bytes += len(payload)
+        self.peak = max(self.peak, self.bytes)
 
     def take(self) -> bytes:
         _, payload = self._items.popleft()
         self.bytes -= len(payload)
         return payload
+
+    def drained(self) -> bool:
+        """Whether the backlog is empty after it held ``RELEASE_AFTER`` bytes or more (once: the
+        peak starts again from nothing), the time to :func:`release_memory`."""
+        if self._items or self.peak < RELEASE_AFTER:
+            return False
+        self.peak = 0
+        return True
 
     def oldest(self) -> float:
         """When the oldest exchange held arrived (``inf`` when none is)."""
@@ -74,11 +117,11 @@ class Pace:
     QUIET = 2.5 * SEND_EVERY
     SHARE = 0.05  # of the wall time, while the gateway is busy
     BURST = 0.002  # seconds of building ahead of the share
-    BACKLOG_BYTES = 256 << 20
     BACKLOG_AGE = 120.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, backlog_bytes: int = BACKLOG_MIN) -> None:
         self.clock = clock
+        self.backlog_bytes = backlog_bytes  # the bound (see the module)
         self.last_frame = -math.inf
         self.tokens = self.BURST
         self._last = clock()
@@ -97,9 +140,9 @@ class Pace:
         self.tokens = min(self.BURST, self.tokens + (now - self._last) * self.SHARE)
         self._last = now
         age = now - backlog.oldest()
-        if backlog.bytes > self.BACKLOG_BYTES // 2 or age > self.BACKLOG_AGE:
+        if backlog.bytes > self.backlog_bytes // 2 or age > self.BACKLOG_AGE:
             self.behind = True
-        elif backlog.bytes <= self.BACKLOG_BYTES // 4 and age <= self.BACKLOG_AGE / 2:
+        elif backlog.bytes <= self.backlog_bytes // 4 and age <= self.BACKLOG_AGE / 2:
             self.behind = False
         if self.behind or now - self.last_frame >= self.QUIET:
             return True
@@ -108,7 +151,7 @@ class Pace:
 
     def full(self, backlog: Backlog) -> bool:
         """Whether to stop reading frames until some are built (the workers then hold and drop)."""
-        return backlog.bytes >= self.BACKLOG_BYTES
+        return backlog.bytes >= self.backlog_bytes
 
     def built(self, seconds: float) -> None:
         """One record took ``seconds``: paid from the share when the gateway was busy."""

@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 from oaishim.server.capture_feed import decode, frames
-from oaishim.server.capture_pace import WRITER_NICE, Backlog, Pace, Priority
+from oaishim.server.capture_pace import WRITER_NICE, Backlog, Pace, Priority, backlog_bytes_for, release_memory
 from oaishim.server.config import Settings
-from oaishim.server.knobs import IdleCores, usable_cores
+from oaishim.server.knobs import IdleCores, usable_cores, usable_memory
 from oaishim.server.recording import CheckBudget, Recording, recording_for
 from oaishim.server.workers import die_with_parent
 
@@ -83,7 +83,7 @@ class CaptureProcess:
                 # the parent killed outright: the workers die with it; what reached this process is written
                 die_with_parent(signal.SIGTERM, parent)
                 signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the supervisor blocks them for itself
-                code = _writer_main(listener, recording)
+                code = _writer_main(listener, recording, backlog_bytes(self.settings))
             except BaseException:
                 log.exception("the capture process failed")
             finally:
@@ -112,13 +112,19 @@ class CaptureProcess:
         return 1
 
 
-def _writer_main(listener: socket.socket, recording: Recording) -> int:
+def backlog_bytes(settings: Settings) -> int:
+    """The bound of the capture process's backlog: the setting, else one for this machine's memory."""
+    return settings.capture_backlog_bytes or backlog_bytes_for(usable_memory())
+
+
+def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent orders the stop
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with contextlib.suppress(OSError):
         os.nice(WRITER_NICE)  # the serving processes first when the cores are all busy
-    priority, pace, backlog = Priority(), Pace(), Backlog()
+    priority, pace, backlog = Priority(), Pace(backlog_bytes=bound), Backlog()
+    log.info("capture: up to %d bytes of exchanges held before their records are built", bound)
     writer = recording.writer
     writer.open_index()
     selector = selectors.DefaultSelector()
@@ -166,6 +172,8 @@ def _writer_main(listener: socket.socket, recording: Recording) -> int:
             writer.write(decode(backlog.take()))
             pace.built(time.perf_counter() - started)
             dirty = True
+        if backlog.drained():
+            release_memory()  # what held the burst goes back to the system (capture_pace)
         priority.follow(pace.behind or deadline is not None)
         now_s = time.monotonic()
         if dirty and (not backlog or now_s - committed >= COMMIT_EVERY):

@@ -109,6 +109,8 @@ class Settings:
     total_timeout: float | None = None
     capture_dir: Path | None = None  # record every exchange there (oaishim.capture)
     capture_redact: tuple[str, ...] = ()  # JSON paths redacted in the records, beyond keys and cookies
+    # the exchanges the capture process may hold unbuilt (server.capture_pace; None: from the memory)
+    capture_backlog_bytes: int | None = None
     # the embedded engine (serve with no upstream): its context in tokens (None: the tiny model's
     # TINY_CONTEXT, a GGUF's own trained context), CPU threads, request slots sharing that context,
     # and any other llama-server arguments

@@ -8,6 +8,7 @@ is its parser's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from collections.abc import Callable
@@ -202,6 +203,31 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def usable_memory(root: Path = Path("/")) -> int | None:
+    """The bytes of memory this process may use: the machine's (``/proc/meminfo``), or less where
+    its cgroup (v2), or one above it, sets ``memory.max``; None where neither can be read.
+    ``root``: where ``/proc`` and ``/sys`` are (a test's folder)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in (root / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                found.append(int(line.split()[1]) * 1024)  # kB
+                break
+    with contextlib.suppress(OSError):
+        for line in (root / "proc/self/cgroup").read_text().splitlines():
+            if not line.startswith("0::"):
+                continue  # (a v1 hierarchy's line)
+            group = root / "sys/fs/cgroup" / line[3:].strip().lstrip("/")
+            for folder in (group, *group.parents):
+                with contextlib.suppress(OSError, ValueError):
+                    value = (folder / "memory.max").read_text().strip()
+                    if value != "max":
+                        found.append(int(value))
+                if folder == root / "sys/fs/cgroup":
+                    break
+    return min(found) if found else None
+
+
 class IdleCores:
     """The cores the machine left idle on average since the last call, from ``/proc/stat`` (its
     first line: the time of all cores, in ticks); None where that file cannot be read."""
@@ -268,6 +294,7 @@ KNOBS: dict[str, Knob] = {
         lambda value, name: Path(value) if isinstance(value, Path) else Path(_text(value, name)), "capture_dir"
     ),
     "capture_redact": Knob(_redact_paths),
+    "capture_backlog_mb": Knob(_megabytes, "capture_backlog_bytes"),  # server.capture_pace
     "passthrough": Knob(lambda value, name: _passthrough(value)),
     # the client side (server.http)
     "max_body_bytes": Knob(_numeric(int, 1)),
