@@ -274,6 +274,19 @@ def test_the_writer_is_idle_while_it_keeps_pace_and_takes_its_share_when_behind(
     assert priority.idle and calls[-1] is False
 
 
+def test_a_stopping_writer_leaves_the_idle_class_and_says_it_is_stopping_not_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[bool] = []
+    priority = Priority(lambda idle: calls.append(idle) or True)
+    with caplog.at_level("INFO", logger="oaishim.capture"):
+        priority.follow(False, stopping=True)
+        assert not priority.idle and calls == [True, False]
+        priority.follow(False, stopping=True)
+        assert calls == [True, False]  # stays out of the idle class until it exits
+    assert "stopping" in caplog.text and "behind" not in caplog.text
+
+
 def test_a_writer_that_cannot_enter_the_idle_class_stays_at_its_nice_value() -> None:
     priority = Priority(lambda idle: False)
     priority.follow(True)

@@ -78,7 +78,7 @@ class Backlog:
     def __init__(self) -> None:
         self._items: deque[tuple[float, bytes]] = deque()  # (when it arrived, payload)
         self.bytes = 0
-        self.peak = 0  # the most bytes held since the backlog was last empty
+        self.peak = 0  # the most bytes held since its memory was last given back (drained)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -190,14 +190,18 @@ class Priority:
         if (set_idle is not None or _can_leave_idle()) and self._set(True):
             self.idle = True
 
-    def follow(self, behind: bool) -> None:
-        """Take the priority that fits: nice 10 when behind, the idle class again once it is not."""
-        if self.idle and behind:
+    def follow(self, behind: bool, stopping: bool = False) -> None:
+        """Take the priority that fits: nice 10 when behind (or ``stopping``: what is held is built
+        before the exit), the idle class again once it is not."""
+        if self.idle and (behind or stopping):
             if self._set(False):
                 self.idle = False
                 self.switches += 1
-                log.info("capture: the writer is behind; it takes its share of the cores until it catches up")
-        elif not self.idle and not behind and self.switches and self._set(True):
+                if behind:
+                    log.info("capture: the writer is behind; it takes its share of the cores until it catches up")
+                else:
+                    log.info("capture: stopping; the writer builds what it holds at its share of the cores")
+        elif not self.idle and not (behind or stopping) and self.switches and self._set(True):
             self.idle = True
 
 

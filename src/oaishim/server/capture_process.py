@@ -174,7 +174,7 @@ def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> i
             dirty = True
         if backlog.drained():
             release_memory()  # what held the burst goes back to the system (capture_pace)
-        priority.follow(pace.behind or deadline is not None)
+        priority.follow(pace.behind, stopping=deadline is not None)
         now_s = time.monotonic()
         if dirty and (not backlog or now_s - committed >= COMMIT_EVERY):
             writer.dropped = sum(drops.values())
