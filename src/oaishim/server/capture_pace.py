@@ -193,7 +193,8 @@ class Priority:
     def follow(self, behind: bool, stopping: bool = False) -> None:
         """Take the priority that fits: nice 10 when behind (or ``stopping``: what is held is built
         before the exit), the idle class again once it is not."""
-        if self.idle and (behind or stopping):
+        busy = behind or stopping
+        if self.idle and busy:
             if self._set(False):
                 self.idle = False
                 self.switches += 1
@@ -201,7 +202,7 @@ class Priority:
                     log.info("capture: the writer is behind; it takes its share of the cores until it catches up")
                 else:
                     log.info("capture: stopping; the writer builds what it holds at its share of the cores")
-        elif not self.idle and not (behind or stopping) and self.switches and self._set(True):
+        elif not self.idle and not busy and self.switches and self._set(True):
             self.idle = True
 
 

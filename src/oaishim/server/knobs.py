@@ -217,13 +217,14 @@ def usable_memory(root: Path = Path("/")) -> int | None:
         for line in (root / "proc/self/cgroup").read_text().splitlines():
             if not line.startswith("0::"):
                 continue  # (a v1 hierarchy's line)
-            group = root / "sys/fs/cgroup" / line[3:].strip().lstrip("/")
+            top = root / "sys/fs/cgroup"
+            group = top / line[3:].strip().lstrip("/")
             for folder in (group, *group.parents):
                 with contextlib.suppress(OSError, ValueError):
                     value = (folder / "memory.max").read_text().strip()
                     if value != "max":
                         found.append(int(value))
-                if folder == root / "sys/fs/cgroup":
+                if folder == top:
                     break
     return min(found) if found else None
 
