@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import orjson
 
-from oaishim.check import _schema
+from oaishim.check import _schema, _shapes
 from oaishim.check._findings import Sink
 from oaishim.check._model import CheckOptions
 from oaishim.check._resp_objects import TERMINAL, check_response
@@ -52,8 +52,7 @@ def is_responses_stream(events: Sequence[SSEEvent]) -> bool:
 
 
 def check_body(body: Any, opts: CheckOptions, sink: Sink) -> None:
-    _schema.validate("response", body, sink)
-    _schema.report_unknown(
+    _shapes.validate(
         "response", body, sink, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
     )
     if isinstance(body, dict):
@@ -80,8 +79,7 @@ def _decode(n: int, event: SSEEvent, opts: CheckOptions, sink: Sink) -> dict[str
     if name is None:
         sink.add("schema", "$.type", f"{kind!r} is not an event type of the official API", chunk=n)
     else:
-        _schema.validate_def(name, data, sink, chunk=n)
-        _schema.report_unknown_def(
+        _shapes.validate_def(
             name, data, sink, chunk=n, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
         )
     return data

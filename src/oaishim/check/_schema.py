@@ -162,7 +162,7 @@ _held = [0]  # plans held in all the memos
 
 
 @cache
-def _root(name: str) -> list[Schema]:
+def root(name: str) -> list[Schema]:
     """The one list of the one ``$ref`` schema of each named definition: the memo below is keyed
     by its identity."""
     return [{"$ref": "#/$defs/" + name}]
@@ -287,27 +287,6 @@ def unknown_keys(schemas: list[Schema], instance: Any, path: str) -> list[tuple[
     return [(_path(path, where), key) for where, key in out]
 
 
-def report_unknown(
-    kind: str,
-    instance: Any,
-    sink: Sink,
-    *,
-    chunk: int | None = None,
-    base: str = "$",
-    extensions_as_notes: bool = False,
-    intended: frozenset[str] = frozenset(),
-) -> None:
-    report_unknown_def(
-        root_name(kind),
-        instance,
-        sink,
-        chunk=chunk,
-        base=base,
-        extensions_as_notes=extensions_as_notes,
-        intended=intended,
-    )
-
-
 def report_unknown_def(
     name: str,
     instance: Any,
@@ -321,7 +300,14 @@ def report_unknown_def(
     """Each key nothing in the official schema defines: an error, or a note for a known vendor
     extension (``extensions_as_notes``) and for a field sent on purpose (``intended``: what a gateway
     was configured to emit, such as ``reasoning_content`` under ``--reasoning-field``)."""
-    for path, key in unknown_keys(_root(name), instance, base):
+    report_keys(unknown_keys(root(name), instance, base), sink, chunk, extensions_as_notes, intended)
+
+
+def report_keys(
+    keys: list[tuple[str, str]], sink: Sink, chunk: int | None, extensions_as_notes: bool, intended: frozenset[str]
+) -> None:
+    """:func:`report_unknown_def`'s findings for the keys :func:`unknown_keys` found."""
+    for path, key in keys:
         if key in intended:
             why = " (sent on purpose, as configured)"
         elif extensions_as_notes and key in VENDOR_EXTENSIONS:
