@@ -20,6 +20,8 @@ the two rules do without it.
 from __future__ import annotations
 
 import copy
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -306,3 +308,35 @@ def test_the_memo_is_bounded() -> None:
     assert (memo.misses, memo.hits) == (50, 0)
     memoised(memo, CHUNK, chunk)
     assert memo.hits == 1
+
+
+def test_threads_sharing_the_memo_judge_alike() -> None:
+    """Several threads check through one memo (the capture writer beside a probe, say), taking turns
+    as often as the interpreter lets them: each gets the rules' findings, and none fails."""
+    memo = _shapes.ShapeMemo(limit=3)  # fewer slots than shapes: entries move and fall out all along
+    sample = CHUNKS[:40]
+    expected = [reference(CHUNK, data) for data in sample]
+    failures: list[str] = []
+
+    def work(offset: int) -> None:
+        for round_ in range(20):
+            for n in range(len(sample)):
+                k = (n * 7 + offset + round_) % len(sample)
+                try:
+                    if memoised(memo, CHUNK, sample[k]) != expected[k]:
+                        failures.append(f"{offset}: {k} judged otherwise")
+                except Exception as exc:  # (a thread's exception would not fail the test by itself)
+                    failures.append(f"{offset}: {k} {exc!r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    assert memo.hits > 0

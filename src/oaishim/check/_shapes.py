@@ -28,6 +28,7 @@ it, with nothing allocated.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from functools import cache
@@ -289,10 +290,14 @@ class ShapeMemo:
             recent = self.recent[name] = []
         whole = isinstance(instance, (dict, list))
         if whole:
-            for n, (form, passed, keys) in enumerate(recent):
+            for n, known in enumerate(recent):
+                form, passed, keys = known
                 if matches(instance, form, names):
-                    if n:
-                        recent.insert(0, recent.pop(n))
+                    if n:  # to the front, by value: a thread checking beside this one may be moving
+                        # it too (a pop by index failed there: the list is one short in between)
+                        with contextlib.suppress(ValueError):
+                            recent.remove(known)
+                        recent.insert(0, known)
                     self.hits += 1
                     if not passed:
                         _schema.validate_def(name, instance, sink, chunk=chunk)
