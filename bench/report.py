@@ -37,6 +37,10 @@ ROWS = [  # (label, key path, goal key)
     ("added TTFT, stream p99 (ms)", ("ttft_added_ms", "p99"), "latency"),
     ("CPU per request (µs = ms per 1,000)", ("cpu_us_per_request",), None),
     ("CPU per streamed chunk (µs)", ("cpu_us_per_chunk",), "cpu_us_per_chunk"),
+    ("of which the capture process, per request (µs)", ("capture_cpu_us_per_request",), None),
+    ("of which the capture process, per streamed chunk (µs)", ("capture_cpu_us_per_chunk",), None),
+    ("the capture process while the load ran, per request (µs)", ("capture_during_us_per_request",), None),
+    ("the capture process while the load ran, per chunk (µs)", ("capture_during_us_per_chunk",), None),
     ("RSS idle (MB)", ("rss_idle_mb",), "rss_idle_mb"),
     ("RSS per open stream (KB)", ("rss_per_stream_kb",), "rss_per_stream_kb"),
     ("start-up (s)", ("start_s",), "start_s"),
@@ -110,6 +114,10 @@ def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dic
         "ttft_added_ms": {p: (_pct(ttft, q) - _pct(ttft0, q)) / 1000 for p, q in (("p50", 50), ("p99", 99))},
         "cpu_us_per_request": None,
         "cpu_us_per_chunk": None,
+        "capture_cpu_us_per_request": None,
+        "capture_cpu_us_per_chunk": None,
+        "capture_during_us_per_request": None,
+        "capture_during_us_per_chunk": None,
         "rss_idle_mb": None,
         "rss_per_stream_kb": None,
         "start_s": None,
@@ -126,9 +134,23 @@ def _one_round(m: dict[str, Any], base: dict[str, Any], proxy: bool, params: dic
             "cpu_us_per_request": m["c32"]["cpu_s"] / m["c32"]["requests"] * 1e6,
             "cpu_us_per_chunk": (m[f"streams{long}"]["cpu_s"] - m[f"streams{short}"]["cpu_s"]) / chunks * 1e6,
             "rss_idle_mb": m["rss_idle_kb"] / 1024,
+            **_capture_share(m, short, long, chunks),
             "rss_per_stream_kb": (m["rss_hold_kb"] - m["rss_before_hold_kb"]) / max(m["hold_open"], 1),
             "start_s": m["start_s"],
         }
+    return out
+
+
+def _capture_share(m: dict[str, Any], short: int, long: int, chunks: int) -> dict[str, Any]:
+    """What of the CPU figures the capture process spent on the load's records (the capture path
+    only): all of it, counted until it went idle after the load (it builds most records once the
+    gateway is quiet, within a share while it is busy), and the part it spent while the load ran."""
+    if "capture_cpu_s" not in m["c32"]:
+        return {}
+    out: dict[str, Any] = {}
+    for key, field in (("capture_cpu_us", "capture_cpu_s"), ("capture_during_us", "capture_cpu_during_s")):
+        out[key + "_per_request"] = m["c32"][field] / m["c32"]["requests"] * 1e6
+        out[key + "_per_chunk"] = (m[f"streams{long}"][field] - m[f"streams{short}"][field]) / chunks * 1e6
     return out
 
 
@@ -181,6 +203,10 @@ def _one_round_empty() -> dict[str, Any]:
         "ttft_added_ms": {"p50": None, "p99": None},
         "cpu_us_per_request": None,
         "cpu_us_per_chunk": None,
+        "capture_cpu_us_per_request": None,
+        "capture_cpu_us_per_chunk": None,
+        "capture_during_us_per_request": None,
+        "capture_during_us_per_chunk": None,
         "rss_idle_mb": None,
         "rss_per_stream_kb": None,
         "start_s": None,
