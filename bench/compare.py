@@ -260,9 +260,11 @@ class Bench:
                 count_capture(m[f"c{c}"], side, pids, side0)
                 lap(f"plain c{c}")
             if a.saturation:
+                settle(side, pids)
                 m["saturation"] = self.saturation(run)
                 lap("saturation")
             self.mode(gap_ms=1)
+            settle(side, pids)
             m["ttft"] = self.loadgen("ttft", run.url, "--requests", str(a.ttft_requests), "--tokens", "8")
             lap("ttft")
             for tokens in (SHORT, LONG):
@@ -323,16 +325,21 @@ class Bench:
         if post(url, responses_body(16, False)) != 200:  # (the official minimum of max_output_tokens)
             return None
         out: dict[str, Any] = {}
+        side = capture_side if run.name == "oaishim_capture" else None
         for c in (1, 32):
-            cpu0 = procstat.cpu_seconds(pids())
+            settle(side, pids)
+            cpu0, side0 = procstat.cpu_seconds(pids()), side_cpu(side, pids)
             out[f"c{c}"] = wrk(url, c, self.args.duration)
             out[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+            count_capture(out[f"c{c}"], side, pids, side0)
         self.mode(gap_ms=1)
         for tokens in (SHORT, LONG):
-            cpu0 = procstat.cpu_seconds(pids())
+            settle(side, pids)
+            cpu0, side0 = procstat.cpu_seconds(pids()), side_cpu(side, pids)
             got = self.loadgen("streams", url, "--requests", str(self.args.streams // 2), "--concurrency", "16",
                                "--tokens", str(tokens))  # fmt: skip
             got["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+            count_capture(got, side, pids, side0)
             got.pop("durations_us", None)
             out[f"streams{tokens}"] = got
         self.mode()
