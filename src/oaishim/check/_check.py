@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import orjson
 
-from oaishim.check import _eot, _errors, _logprobs, _message, _request, _resp_check, _shapes
+from oaishim.check import _eot, _errors, _logprobs, _message, _request, _resp_check, _schema, _shapes
 from oaishim.check._findings import Sink, jpath
 from oaishim.check._model import CheckOptions, Endpoint, Exchange, Finding
 from oaishim.check._stream import StreamRules, check_id_prefix
@@ -72,8 +72,13 @@ def check(exchange: Exchange, options: CheckOptions | None = None) -> list[Findi
 
 
 def _validate(kind: str, instance: Any, opts: CheckOptions, sink: Sink, chunk: int | None = None) -> None:
-    _shapes.validate(
-        kind, instance, sink, chunk=chunk, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
+    _shapes.MEMO.validate_def(
+        _schema.root_name(kind),
+        instance,
+        sink,
+        chunk=chunk,
+        extensions_as_notes=opts.extensions_as_notes,
+        intended=opts.intended_fields,
     )
 
 

@@ -52,8 +52,12 @@ def is_responses_stream(events: Sequence[SSEEvent]) -> bool:
 
 
 def check_body(body: Any, opts: CheckOptions, sink: Sink) -> None:
-    _shapes.validate(
-        "response", body, sink, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
+    _shapes.MEMO.validate_def(
+        _schema.root_name("response"),
+        body,
+        sink,
+        extensions_as_notes=opts.extensions_as_notes,
+        intended=opts.intended_fields,
     )
     if isinstance(body, dict):
         check_response(body, "$", sink, event=None)
@@ -79,7 +83,7 @@ def _decode(n: int, event: SSEEvent, opts: CheckOptions, sink: Sink) -> dict[str
     if name is None:
         sink.add("schema", "$.type", f"{kind!r} is not an event type of the official API", chunk=n)
     else:
-        _shapes.validate_def(
+        _shapes.MEMO.validate_def(
             name, data, sink, chunk=n, extensions_as_notes=opts.extensions_as_notes, intended=opts.intended_fields
         )
     return data

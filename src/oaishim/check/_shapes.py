@@ -314,36 +314,3 @@ class ShapeMemo:
 
 
 MEMO: Final = ShapeMemo()  # the process's
-
-
-def validate_def(
-    name: str,
-    instance: Any,
-    sink: Sink,
-    *,
-    chunk: int | None = None,
-    extensions_as_notes: bool = False,
-    intended: frozenset[str] = frozenset(),
-) -> None:
-    """:meth:`ShapeMemo.validate_def` with the process's memo."""
-    MEMO.validate_def(name, instance, sink, chunk=chunk, extensions_as_notes=extensions_as_notes, intended=intended)
-
-
-def validate(
-    kind: str,
-    instance: Any,
-    sink: Sink,
-    *,
-    chunk: int | None = None,
-    extensions_as_notes: bool = False,
-    intended: frozenset[str] = frozenset(),
-) -> None:
-    """:func:`validate_def` for the root schema of ``kind`` (``"chat.completion.chunk"``, ...)."""
-    MEMO.validate_def(
-        _schema.root_name(kind),
-        instance,
-        sink,
-        chunk=chunk,
-        extensions_as_notes=extensions_as_notes,
-        intended=intended,
-    )
