@@ -260,6 +260,20 @@ def test_free_names_on_small_schemas() -> None:
     assert sealed == ["attributes", "tags"]
 
 
+def test_items_as_a_list_are_walked_too() -> None:
+    """Older drafts give ``items`` as a list of schemas, one a position: a name judged there is not free."""
+    schemas = {
+        "Root": {
+            "type": "object",
+            "properties": {
+                "pair": {"type": "array", "items": [{"type": "object", "properties": {"kind": {"enum": ["a"]}}}]},
+                "kind": {"type": "string"},
+            },
+        }
+    }
+    assert _shapes.free_names("Root", schemas) == {"pair": True}
+
+
 def test_a_root_that_is_a_judged_map_masks_nothing() -> None:
     judged = {"Root": {"type": "object", "additionalProperties": {"type": "string", "enum": ["a"]}}}
     assert _shapes.free_names("Root", judged) is None

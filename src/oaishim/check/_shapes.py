@@ -139,7 +139,9 @@ def free_names(root: str, defs: dict[str, Schema]) -> dict[str, bool] | None:
             mapped = schema.get(key)
             if isinstance(mapped, dict):
                 todo.extend((sub, via) for sub in mapped.values())
-        todo.extend((schema.get(key), via) for key in _ONE)
+        for key in _ONE:
+            sub = schema.get(key)
+            todo.extend((item, via) for item in (sub if isinstance(sub, list) else [sub]))  # (a list: older drafts)
         for key in _EACH:
             todo.extend((sub, via) for sub in schema.get(key) or ())
     names = {name: True for name, free in verdict.items() if free}
