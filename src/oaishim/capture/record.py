@@ -107,10 +107,29 @@ def body_bytes(message: Mapping[str, Any] | None) -> bytes:
     return body.encode("utf-8") if isinstance(body, str) else b""
 
 
+def body_head(message: Mapping[str, Any] | None, size: int) -> bytes:
+    """``body_bytes(message)[:size]`` without decoding the rest of the body (whether a stored body
+    is a stream is told by its first bytes). A base64 body whose later part is not base64 gives its
+    first bytes here, and nothing from ``body_bytes``."""
+    if not message:
+        return b""
+    if isinstance(message.get("body_b64"), str):
+        try:  # (whole groups of 4 characters, 3 bytes each)
+            return base64.b64decode(message["body_b64"][: (size + 2) // 3 * 4], validate=True)[:size]
+        except binascii.Error:
+            return b""
+    body = message.get("body")
+    return body[:size].encode("utf-8")[:size] if isinstance(body, str) else b""
+
+
 def header_value(message: Mapping[str, Any] | None, name: str) -> str | None:
+    """The value of the header ``name`` (lower case) in a stored request or response, or None."""
+    size = len(name)
     for pair in (message or {}).get("headers") or []:
-        if isinstance(pair, list) and len(pair) == 2 and str(pair[0]).lower() == name:
-            return str(pair[1])
+        if isinstance(pair, list) and len(pair) == 2:
+            key = str(pair[0])
+            if len(key) == size and key.lower() == name:  # (lowered only where the length fits)
+                return str(pair[1])
     return None
 
 

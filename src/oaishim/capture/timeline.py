@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import orjson
 
-from oaishim.capture.record import body_bytes, header_value, path_of
+from oaishim.capture.record import body_bytes, body_head, header_value, path_of
 from oaishim.check import looks_like_sse
 from oaishim.wire.accumulate import accumulate_chat, accumulate_completion
 from oaishim.wire.sse import SSEDecoder, SSEEvent
@@ -37,7 +37,7 @@ class TimedEvent:
 def is_stream(response: Mapping[str, Any] | None) -> bool:
     if not response:
         return False
-    return looks_like_sse(body_bytes(response)[:64], header_value(response, "content-type"))
+    return looks_like_sse(body_head(response, 64), header_value(response, "content-type"))
 
 
 def iter_timed_events(response: Mapping[str, Any] | None) -> Iterator[TimedEvent]:
