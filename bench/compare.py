@@ -89,42 +89,44 @@ def wrk(url: str, connections: int, seconds: float) -> dict[str, Any]:
     return figures
 
 
-def capture_side(pids: list[int]) -> list[int]:
-    """The capture path's processes but the serving one: the parent and the capture process, both
-    forked before the worker (the parent idles: what they spend is the capture process's)."""
-    return sorted(pids)[:-1]
+def capture_cpu(pids: Callable[[], list[int]]) -> float:
+    """CPU seconds so far of the capture path's processes but the serving one: the parent and the
+    capture process, both forked before the worker (the parent idles: what they spend is the
+    capture process's)."""
+    return procstat.cpu_seconds(sorted(pids())[:-1])
 
 
-def side_cpu(side: Callable[[list[int]], list[int]] | None, pids: Callable[[], list[int]]) -> float:
-    """CPU seconds of ``side``'s share of the path's processes so far (0 without one)."""
-    return procstat.cpu_seconds(side(pids())) if side is not None else 0.0
-
-
-def settle(side: Callable[[list[int]], list[int]] | None, pids: Callable[[], list[int]], limit: float = 120) -> bool:
-    """Wait until ``side`` (the capture process) is idle: it builds most records once the gateway is
-    quiet, so without this a load's CPU figures would count the records of the load before. True
-    once idle (its CPU grew under 3 ms in 0.3 s), False after ``limit`` seconds; True without one."""
+def settle(pids: Callable[[], list[int]], limit: float = 120) -> bool:
+    """Wait until the capture process is idle: it builds most records once the gateway is quiet, so
+    without this a load's CPU figures would count the records of the load before. True once idle
+    (its CPU grew under 3 ms in 0.3 s), False after ``limit`` seconds."""
     deadline = time.monotonic() + limit
-    while side is not None and time.monotonic() < deadline:
-        before = side_cpu(side, pids)
+    while time.monotonic() < deadline:
+        before = capture_cpu(pids)
         time.sleep(0.3)
-        if side_cpu(side, pids) - before < 0.003:
+        if capture_cpu(pids) - before < 0.003:
             return True
-    return side is None
+    return False
 
 
-def count_capture(
-    got: dict[str, Any], side: Callable[[list[int]], list[int]] | None, pids: Callable[[], list[int]], side0: float
-) -> None:
-    """For the capture path: the capture process's CPU for this load's records, those it built
-    while the load ran (``capture_cpu_during_s``) and those it built once it ended, waited for
-    (``capture_cpu_s``, the whole, also added to ``cpu_s``: all this load cost)."""
-    if side is None:
-        return
-    got["capture_cpu_during_s"] = side_cpu(side, pids) - side0
-    got["capture_settled"] = settle(side, pids)
-    got["capture_cpu_s"] = side_cpu(side, pids) - side0
-    got["cpu_s"] += got["capture_cpu_s"] - got["capture_cpu_during_s"]
+def with_cpu(
+    pids: Callable[[], list[int]], capture: bool, load: Callable[..., dict[str, Any]], *args: Any
+) -> dict[str, Any]:
+    """``load(*args)``'s figures with ``cpu_s``, the CPU the path's processes spent on it. On the capture
+    path the load starts with the capture process idle, and its records count whole: what it built
+    while the load ran (``capture_cpu_during_s``) and once it ended, waited for (``capture_cpu_s``,
+    the whole, added to ``cpu_s``; ``capture_settled``: False if the wait ran out)."""
+    if capture:
+        settle(pids)
+    cpu0, side0 = procstat.cpu_seconds(pids()), capture_cpu(pids) if capture else 0.0
+    got = load(*args)
+    got["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
+    if capture:
+        got["capture_cpu_during_s"] = capture_cpu(pids) - side0
+        got["capture_settled"] = settle(pids)
+        got["capture_cpu_s"] = capture_cpu(pids) - side0
+        got["cpu_s"] += got["capture_cpu_s"] - got["capture_cpu_during_s"]
+    return got
 
 
 def capture_dropped(url: str) -> float | None:
@@ -251,30 +253,23 @@ class Bench:
             time.sleep(0.3)
             lap("warm-up")
             m: dict[str, Any] = {"start_s": run.start_s, "rss_fresh_kb": fresh, "rss_idle_kb": procstat.rss_kb(pids())}
-            side = capture_side if name == "oaishim_capture" else None
+            capture = name == "oaishim_capture"
             for c in CONCURRENCY:
-                settle(side, pids)
-                cpu0, side0 = procstat.cpu_seconds(pids()), side_cpu(side, pids)
-                m[f"c{c}"] = wrk(run.url, c, a.duration)
-                m[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
-                count_capture(m[f"c{c}"], side, pids, side0)
+                m[f"c{c}"] = with_cpu(pids, capture, wrk, run.url, c, a.duration)
                 lap(f"plain c{c}")
             if a.saturation:
-                settle(side, pids)
+                if capture:
+                    settle(pids)
                 m["saturation"] = self.saturation(run)
                 lap("saturation")
             self.mode(gap_ms=1)
-            settle(side, pids)
+            if capture:
+                settle(pids)
             m["ttft"] = self.loadgen("ttft", run.url, "--requests", str(a.ttft_requests), "--tokens", "8")
             lap("ttft")
             for tokens in (SHORT, LONG):
-                settle(side, pids)
-                cpu0, side0 = procstat.cpu_seconds(pids()), side_cpu(side, pids)
-                got = self.loadgen("streams", run.url, "--requests", str(a.streams), "--concurrency", "16",
-                                   "--tokens", str(tokens))  # fmt: skip
-                got["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
-                count_capture(got, side, pids, side0)
-                m[f"streams{tokens}"] = got
+                m[f"streams{tokens}"] = with_cpu(pids, capture, self.loadgen, "streams", run.url, "--requests",
+                                                 str(a.streams), "--concurrency", "16", "--tokens", str(tokens))  # fmt: skip
                 lap(f"streams of {tokens}")
             self.mode()
             if name in RESPONSES_PATHS and a.responses:
@@ -325,21 +320,13 @@ class Bench:
         if post(url, responses_body(16, False)) != 200:  # (the official minimum of max_output_tokens)
             return None
         out: dict[str, Any] = {}
-        side = capture_side if run.name == "oaishim_capture" else None
+        capture = run.name == "oaishim_capture"
         for c in (1, 32):
-            settle(side, pids)
-            cpu0, side0 = procstat.cpu_seconds(pids()), side_cpu(side, pids)
-            out[f"c{c}"] = wrk(url, c, self.args.duration)
-            out[f"c{c}"]["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
-            count_capture(out[f"c{c}"], side, pids, side0)
+            out[f"c{c}"] = with_cpu(pids, capture, wrk, url, c, self.args.duration)
         self.mode(gap_ms=1)
         for tokens in (SHORT, LONG):
-            settle(side, pids)
-            cpu0, side0 = procstat.cpu_seconds(pids()), side_cpu(side, pids)
-            got = self.loadgen("streams", url, "--requests", str(self.args.streams // 2), "--concurrency", "16",
-                               "--tokens", str(tokens))  # fmt: skip
-            got["cpu_s"] = procstat.cpu_seconds(pids()) - cpu0
-            count_capture(got, side, pids, side0)
+            got = with_cpu(pids, capture, self.loadgen, "streams", url, "--requests", str(self.args.streams // 2),
+                           "--concurrency", "16", "--tokens", str(tokens))  # fmt: skip
             got.pop("durations_us", None)
             out[f"streams{tokens}"] = got
         self.mode()
