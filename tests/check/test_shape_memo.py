@@ -9,7 +9,9 @@ the two rules do without it.
   with the memo warm from the chunk; the same comparison, with a wrong list of free names, finds
   the difference (it can fail);
 * a remembered shape's unknown keys are reported under the options of the check at hand; one that
-  failed the schema is validated again (its message names the value of the instance at hand);
+  failed the schema over a value that holds no string or number (``null`` for a list) reports the
+  findings of then, unvalidated, while one that failed over a value a mask could hide is validated
+  again (its message names the value of the instance at hand);
 * which names are free, sealed or kept, on hand-made schemas: a constraint in any branch or
   ``$ref``, a property named like a keyword, an open map judged by value, ``uniqueItems``;
 * ``matches`` agrees with building the shape, and a shape keeps apart what Python's ``==`` would
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -226,6 +229,67 @@ def test_a_shape_that_failed_rule_a_is_judged_again_by_its_own_values() -> None:
     assert (memo.misses, memo.hits) == (1, 1)
     assert '"yesterday"' in messages[0]
     assert '"tomorrow"' in messages[1]
+
+
+def counting_validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names the schema validator runs on from now on (``validate_def`` runs ``errors_def``)."""
+    seen: list[str] = []
+    errors_def = _schema.errors_def
+
+    def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(name)
+        return errors_def(name, *args, **kwargs)
+
+    monkeypatch.setattr(_schema, "errors_def", counted)
+    return seen
+
+
+def test_a_failure_over_nulls_is_reported_again_without_validating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that sends ``null`` for a list fails the schema on every answer the same way: the
+    findings of the first are reported for the rest, each its own text and chunk number."""
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    instances = []
+    for n, text in enumerate(["one", "two", "three"]):
+        choice = {"index": 0, "delta": {"content": text, "tool_calls": None}, "logprobs": None, "finish_reason": None}
+        instances.append({**base, "created": n, "choices": [choice], "system_fingerprint": None})
+    expected = [reference(CHUNK, instance) for instance in instances]
+    memo = _shapes.ShapeMemo()
+    seen = counting_validations(monkeypatch)
+    found = []
+    for n, instance in enumerate(instances):
+        sink = Sink()
+        memo.validate_def(CHUNK, instance, sink, chunk=n)
+        found.append(sink.findings)
+    assert seen == [CHUNK]  # validated once, for the first
+    assert (memo.misses, memo.hits) == (1, 2)
+    assert [[(f.rule, f.path, f.message) for f in each] for each in found] == expected
+    assert {f[1] for f in expected[0]} == {"$.system_fingerprint", "$.choices[0].delta.tool_calls"}
+    assert [{f.chunk for f in each} for each in found] == [{0}, {1}, {2}]
+
+
+def test_a_failure_over_a_masked_value_is_validated_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The object a finding is about holds numbers that a mask hides, and its message names them."""
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": []}
+    instances = [
+        {
+            **base,
+            "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1, "prompt_tokens_details": None},
+        }
+        for n in (5, 6, 7)
+    ]
+    expected = [reference(CHUNK, instance) for instance in instances]
+    memo = _shapes.ShapeMemo()
+    seen = counting_validations(monkeypatch)
+    assert [memoised(memo, CHUNK, instance) for instance in instances] == expected
+    assert seen == [CHUNK] * 3
+    assert memo.hits == 2
+    assert all(f'"prompt_tokens":{n}' in found[0][2] for n, found in zip((5, 6, 7), expected, strict=True))
+
+
+def test_fixed_values() -> None:
+    assert _shapes.fixed(None) and _shapes.fixed(True) and _shapes.fixed({"a": [None, False], "b": {}})
+    for value in ("", 0, 1.5, [None, "x"], {"a": {"b": 2}}, [[[0.0]]]):
+        assert not _shapes.fixed(value), value
 
 
 def test_free_names_on_small_schemas() -> None:

@@ -70,11 +70,19 @@ def validate(kind: str, instance: Any, sink: Sink, *, chunk: int | None = None, 
 
 def validate_def(name: str, instance: Any, sink: Sink, *, chunk: int | None = None, base: str = "$") -> None:
     """Validate against one named schema of the bundle (a root, or a Responses event's own schema)."""
+    for path, message, _ in errors_def(name, instance, base):
+        sink.add("schema", path, message, chunk=chunk)
+
+
+def errors_def(name: str, instance: Any, base: str = "$") -> list[tuple[str, str, Any]]:
+    """:func:`validate_def`'s findings as ``(path, message, the value they are about)``."""
+    out: list[tuple[str, str, Any]] = []
     for error in _validator(name).iter_errors(instance):
         path = base
         for part in error.instance_path:
             path = child(path, part)
-        sink.add("schema", path, error.message, chunk=chunk)
+        out.append((path, error.message, error.instance))
+    return out
 
 
 def _resolve(schema: Schema) -> Schema:

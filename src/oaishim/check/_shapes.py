@@ -19,11 +19,14 @@ of one shape. What could still tell two such instances apart seals the property 
 there), or an array with ``uniqueItems`` (two items that differ only in a masked value would look
 alike); at the root itself, nothing is masked.
 
-Remembered: the last few shapes of each schema, each with whether it passed rule a and the
-unknown keys rule b found, which a later instance of the shape reports again under its own options
-(a note or an error). Rule a runs again for a shape that failed it: a schema finding's message
-names the instance's value, a masked one too. Seeing a shape costs a walk of the instance beside
-it, with nothing allocated.
+Remembered: the last few shapes of each schema, each with rule a's findings and the unknown keys
+rule b found, which a later instance of the shape reports again under its own options (a note or
+an error). A schema finding's message names the value it is about; rule a's findings are kept only
+where none of those values holds a string or a number (:func:`fixed`: ``null is not of type
+"array"``, as a backend that sends ``null`` for an absent list gets on every answer), since such a
+value is the same in every instance of the shape. Where one does (a masked value could be in it),
+rule a runs again for each instance. Seeing a shape costs a walk of the instance beside it, with
+nothing allocated.
 """
 
 from __future__ import annotations
@@ -247,16 +250,28 @@ def matches(value: Any, form: object, names: dict[str, bool]) -> bool:
     return type(form) is type(value) and form == value
 
 
-# A shape seen: whether rule a passed it, and what rule b found in it (the unknown keys' path and
-# key, reported again with the options of the check at hand)
-_Known = tuple[object, bool, list[tuple[str, str]]]
+def fixed(value: Any) -> bool:
+    """Whether ``value`` holds no string and no number (keys aside): all of it is in any shape
+    that holds it, so every instance of that shape has the same value there."""
+    if isinstance(value, dict):
+        return all(fixed(item) for item in value.values())
+    if isinstance(value, list):
+        return all(fixed(item) for item in value)
+    return value is None or value is True or value is False
+
+
+# A shape seen: rule a's findings (path and message; None where they are about a value that could
+# differ in another instance of the shape, and are made again for each), and what rule b found in
+# it (the unknown keys' path and key, reported again with the options of the check at hand)
+_Known = tuple[object, list[tuple[str, str]] | None, list[tuple[str, str]]]
 
 
 class ShapeMemo:
-    """The last ``limit`` shapes of each root, most recently seen first, each with whether rule a
-    passed it and what rule b found in it; and what it saved: ``hits`` instances whose shape was
-    known (rule b not run again; nor rule a where it passed), ``misses`` checked in full. ``names``
-    gives a root's free and sealed names (:func:`free_names`)."""
+    """The last ``limit`` shapes of each root, most recently seen first, each with rule a's
+    findings (where they hold for every instance of it) and what rule b found in it; and what it
+    saved: ``hits`` instances whose shape was known (rule b not run again; nor rule a, but where
+    its findings were not kept), ``misses`` checked in full. ``names`` gives a root's free and
+    sealed names (:func:`free_names`)."""
 
     __slots__ = ("hits", "limit", "misses", "names", "recent")
 
@@ -283,9 +298,9 @@ class ShapeMemo:
         intended: frozenset[str] = frozenset(),
     ) -> None:
         """Rules a and b for one instance of the named schema (``_schema.validate_def`` and
-        ``_schema.report_unknown_def``). Where its shape was seen, rule b's keys of then are reported
-        again, and rule a runs only if it failed then (its messages name the values: a masked one
-        too)."""
+        ``_schema.report_unknown_def``). Where its shape was seen, what the rules found then is
+        reported again; rule a runs again only where its findings then were about a value that
+        could be masked (their messages name it)."""
         names = self.names(name)
         recent = self.recent.get(name)
         if recent is None:
@@ -293,7 +308,7 @@ class ShapeMemo:
         whole = isinstance(instance, (dict, list))
         if whole:
             for n, known in enumerate(recent):
-                form, passed, keys = known
+                form, errors, keys = known
                 if matches(instance, form, names):
                     if n:  # to the front, by value: a thread checking beside this one may be moving
                         # it too (a pop by index failed there: the list is one short in between)
@@ -301,16 +316,21 @@ class ShapeMemo:
                             recent.remove(known)
                         recent.insert(0, known)
                     self.hits += 1
-                    if not passed:
+                    if errors is None:
                         _schema.validate_def(name, instance, sink, chunk=chunk)
+                    else:
+                        for path, message in errors:
+                            sink.add("schema", path, message, chunk=chunk)
                     _schema.report_keys(keys, sink, chunk, extensions_as_notes, intended)
                     return
             self.misses += 1
-        before = len(sink.findings)
-        _schema.validate_def(name, instance, sink, chunk=chunk)
+        found = _schema.errors_def(name, instance)
+        for path, message, _ in found:
+            sink.add("schema", path, message, chunk=chunk)
         keys = _schema.unknown_keys(_schema.root(name), instance, "$")
         if whole:
-            recent.insert(0, (shape(instance, names), len(sink.findings) == before, keys))
+            kept = [(path, message) for path, message, _ in found] if all(fixed(v) for _, _, v in found) else None
+            recent.insert(0, (shape(instance, names), kept, keys))
             del recent[self.limit :]
         _schema.report_keys(keys, sink, chunk, extensions_as_notes, intended)
 
