@@ -210,6 +210,30 @@ def test_the_checker_budget_refills_at_its_share_of_wall_time() -> None:
     assert budget.allow() and budget.tokens == pytest.approx(0.05)
 
 
+def test_a_free_budget_allows_every_check_and_keeps_its_share_for_later() -> None:
+    """While the capture process's gateway is quiet its checks are free: allowed however overdrawn
+    the budget, and not paid from it (a check allowed free and ended after the quiet is not either)."""
+    from oaishim.server.recording import CheckBudget
+
+    now = [0.0]
+    budget = CheckBudget(share=0.1, burst=0.05, clock=lambda: now[0])
+    budget.spend(0.2)
+    assert not budget.allow()
+    budget.free = True
+    for _ in range(100):
+        assert budget.allow()
+        budget.spend(0.2)
+    assert budget.allow()
+    budget.free = False  # the gateway busy again while that check ran
+    budget.spend(0.2)
+    assert budget.tokens == pytest.approx(-0.15) and budget.skipped == 1  # as before the quiet
+    assert not budget.allow()
+    now[0] = 2.0
+    assert budget.allow()
+    budget.spend(0.2)  # paid again
+    assert budget.tokens == pytest.approx(-0.15)
+
+
 def test_the_checker_budget_follows_the_idle_cores() -> None:
     """A busy machine (no idle core) stops the checker; idle cores give back the share, never more."""
     from oaishim.server.recording import CheckBudget

@@ -76,6 +76,21 @@ def test_a_quiet_gateway_gets_every_record_built(clock: Clock) -> None:
     assert pace.tokens == Pace.BURST
 
 
+def test_quiet_is_no_frame_for_a_while_and_not_behind(clock: Clock) -> None:
+    bound = 10_000
+    pace = Pace(clock, backlog_bytes=bound)
+    assert pace.quiet()  # nothing ever arrived
+    pace.arrived()
+    assert not pace.quiet()
+    clock.now += Pace.QUIET * 0.99
+    assert not pace.quiet()
+    clock.now += Pace.QUIET * 0.02
+    assert pace.quiet()
+    behind = held(clock, bound // 2 + 1)
+    assert pace.may_build(behind) and pace.behind
+    assert not pace.quiet()  # building without pause to catch up: the checker keeps its budget
+
+
 def test_a_busy_gateway_gets_a_share_of_the_time(clock: Clock) -> None:
     pace = Pace(clock)
     backlog = held(clock, *[10] * 1000)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -365,3 +366,37 @@ def test_the_embedded_engine_is_started_once_for_every_worker(tmp_path: Path) ->
             assert status == 200, raw
         assert stop(served) == 0
         assert not any(alive(pid) for pid in engines | pids)
+
+
+def test_the_records_of_a_burst_are_all_checked_once_the_gateway_is_quiet(tmp_path: Path, backend: Replayer) -> None:
+    """Past its budget the capture process writes records unchecked while the gateway is busy, but
+    once it is quiet it checks every record, whatever the budget (``CheckBudget.free``): a burst
+    leaves none unchecked. Without that, most of such a burst's records were (``findings: null``)."""
+    folder = tmp_path / "capture"
+    with serve(tmp_path, backend.url, "--capture", str(folder)) as served:
+        served.ready()
+        threads, each = 8, 150
+
+        def burst() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+            body = json.dumps({**CHAT, "stream": True}).encode()
+            for _ in range(each):
+                conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+                answer = conn.getresponse()
+                answer.read()
+                assert answer.status == 200
+            conn.close()
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda _: burst(), range(threads)))
+        sent = threads * each
+        deadline = time.monotonic() + 60
+        while True:
+            entries = [e for e in CaptureReader(folder).entries() if e["path"] == "/v1/chat/completions"]
+            if len(entries) == sent or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(entries) == sent
+        unchecked = [e for e in entries if e["findings"] is None or e["upstream_findings"] is None]
+        assert not unchecked, f"{len(unchecked)} of {sent} unchecked"
+        assert stop(served) == 0

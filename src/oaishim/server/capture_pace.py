@@ -149,6 +149,12 @@ class Pace:
         self._metered = self.tokens > 0
         return self._metered
 
+    def quiet(self) -> bool:
+        """Whether the gateway is quiet (no frame for ``QUIET`` seconds) and the backlog not
+        behind: what is built now is built on time no serving process wants (the checker's
+        budget is then not counted, ``server.recording.CheckBudget.free``)."""
+        return not self.behind and self.clock() - self.last_frame >= self.QUIET
+
     def full(self, backlog: Backlog) -> bool:
         """Whether to stop reading frames until some are built (the workers then hold and drop)."""
         return backlog.bytes >= self.backlog_bytes

@@ -14,9 +14,9 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
   records when the gateway is quiet, at a small share of the time while it is busy, and without
   pause once it is behind (``server.capture_pace``: a record is late under load, not lost). The
   checker's budget (``CheckBudget``) is a tenth of the usable cores (at most half a core) of the
-  writer process, and never more than half of what the machine leaves idle. Past the budget,
-  records are written unchecked (``findings: null``) rather than dropped; ``oaishim inspect``
-  checks them.
+  writer process, and never more than half of what the machine leaves idle, while the gateway is
+  busy; while it is quiet every record is checked. Past the budget, records are written unchecked
+  (``findings: null``) rather than dropped; ``oaishim inspect`` checks them.
 * Shutdown: the workers stop first and flush their queues; the writer then reads every connection
   to its end, builds every record it holds, commits, and exits.
 """
@@ -125,7 +125,7 @@ def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> i
         os.nice(WRITER_NICE)  # the serving processes first when the cores are all busy
     priority, pace, backlog = Priority(), Pace(backlog_bytes=bound), Backlog()
     log.info("capture: up to %d bytes of exchanges held before their records are built", bound)
-    writer = recording.writer
+    writer, budget = recording.writer, recording.budget
     writer.open_index()
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
@@ -168,6 +168,9 @@ def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> i
         if stopping.is_set():  # everything held is written before the process ends
             deadline = deadline or time.monotonic() + STOP_WAIT
         if pace.may_build(backlog) or (backlog and deadline is not None):
+            # quiet: the record is checked whatever the budget (not while stopping: the stop's
+            # wait is for writing what is held, not for checking it)
+            budget.free = deadline is None and pace.quiet()
             started = time.perf_counter()
             writer.write(decode(backlog.take()))
             pace.built(time.perf_counter() - started)
