@@ -322,7 +322,9 @@ def test_a_capture_backlog_bound_smaller_than_an_exchange_loses_nothing(tmp_path
         assert stop(served) == 0
         log = served.log.read_text()
     assert "capture: up to 1048 bytes of exchanges held before their records are built" in log
-    assert "the writer is behind" in log
+    # it leaves the idle class: behind, or (on a machine whose cores are all busy, where the idle
+    # class gets no CPU until the stop) stopping, with what it holds built before the exit
+    assert "the writer is behind" in log or "capture: stopping; the writer builds what it holds" in log
     chats = [r for r in CaptureReader(folder).records() if r["client"]["request"]["target"] == "/v1/chat/completions"]
     assert len(chats) == sent
     bodies = [r["client"]["request"]["body"] for r in chats]
