@@ -373,11 +373,11 @@ def test_the_embedded_engine_is_started_once_for_every_worker(tmp_path: Path) ->
 def test_the_records_of_a_burst_are_all_checked_once_the_gateway_is_quiet(tmp_path: Path, backend: Replayer) -> None:
     """Past its budget the capture process writes records unchecked while the gateway is busy, but
     once it is quiet it checks every record, whatever the budget (``CheckBudget.free``): a burst
-    leaves none unchecked. Without that, most of such a burst's records were (``findings: null``)."""
+    leaves none unchecked. Without that, a third to a half of such a burst's records were (``findings: null``)."""
     folder = tmp_path / "capture"
     with serve(tmp_path, backend.url, "--capture", str(folder)) as served:
         served.ready()
-        threads, each = 8, 150
+        threads, each = 8, 60
 
         def burst() -> None:
             conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
@@ -392,7 +392,7 @@ def test_the_records_of_a_burst_are_all_checked_once_the_gateway_is_quiet(tmp_pa
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda _: burst(), range(threads)))
         sent = threads * each
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # (on a machine kept busy, the idle class waits its turn)
         while True:
             entries = [e for e in CaptureReader(folder).entries() if e["path"] == "/v1/chat/completions"]
             if len(entries) == sent or time.monotonic() > deadline:
