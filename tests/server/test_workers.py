@@ -283,6 +283,16 @@ def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend:
     assert all(r["client"]["response"]["complete"] and r["error"] is None for r in chats)
 
 
+def chat_entries(folder: Path, want: int, within: float) -> list[dict[str, Any]]:
+    """The capture index's chat entries, once there are ``want`` of them (or ``within`` seconds have passed)."""
+    deadline = time.monotonic() + within
+    while True:
+        entries = [e for e in CaptureReader(folder).entries() if e["path"] == "/v1/chat/completions"]
+        if len(entries) == want or time.monotonic() > deadline:
+            return entries
+        time.sleep(0.05)
+
+
 def test_a_quiet_gateway_has_its_records_written_while_it_keeps_serving(tmp_path: Path, backend: Replayer) -> None:
     """The capture process holds what it receives while the gateway is busy and builds it when the
     gateway is quiet (``server.capture_pace``): no stop is needed for the records to be there."""
@@ -293,12 +303,7 @@ def test_a_quiet_gateway_has_its_records_written_while_it_keeps_serving(tmp_path
         for i in range(sent):
             status, _, _ = served.call("POST", "/v1/chat/completions", {**CHAT, "stream": i % 3 == 0})
             assert status == 200
-        deadline = time.monotonic() + 20
-        while True:
-            entries = [e for e in CaptureReader(folder).entries() if e["path"] == "/v1/chat/completions"]
-            if len(entries) == sent or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        entries = chat_entries(folder, sent, within=20)
         assert len(entries) == sent
         assert served.process.poll() is None  # still serving
         assert stop(served) == 0
@@ -392,12 +397,7 @@ def test_the_records_of_a_burst_are_all_checked_once_the_gateway_is_quiet(tmp_pa
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda _: burst(), range(threads)))
         sent = threads * each
-        deadline = time.monotonic() + 180  # (on a machine kept busy, the idle class waits its turn)
-        while True:
-            entries = [e for e in CaptureReader(folder).entries() if e["path"] == "/v1/chat/completions"]
-            if len(entries) == sent or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        entries = chat_entries(folder, sent, within=180)  # (on a busy machine the idle class waits its turn)
         assert len(entries) == sent
         unchecked = [e for e in entries if e["findings"] is None or e["upstream_findings"] is None]
         assert not unchecked, f"{len(unchecked)} of {sent} unchecked"
