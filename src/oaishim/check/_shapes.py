@@ -269,11 +269,11 @@ _Known = tuple[object, list[tuple[str, str]] | None, list[tuple[str, str]]]
 class ShapeMemo:
     """The last ``limit`` shapes of each root, most recently seen first, each with rule a's
     findings (where they hold for every instance of it) and what rule b found in it; and what it
-    saved: ``hits`` instances whose shape was known (rule b not run again; nor rule a, but where
-    its findings were not kept), ``misses`` checked in full. ``names`` gives a root's free and
-    sealed names (:func:`free_names`)."""
+    saved: ``hits`` instances whose shape was known (rule b not run again; nor rule a, but for
+    ``revalidated`` of them, where its findings were not kept), ``misses`` checked in full.
+    ``names`` gives a root's free and sealed names (:func:`free_names`)."""
 
-    __slots__ = ("hits", "limit", "misses", "names", "recent")
+    __slots__ = ("hits", "limit", "misses", "names", "recent", "revalidated")
 
     def __init__(self, names: Callable[[str], dict[str, bool]] | None = None, limit: int = RECENT) -> None:
         self.names = names or _names
@@ -281,11 +281,12 @@ class ShapeMemo:
         self.recent: dict[str, list[_Known]] = {}
         self.hits = 0
         self.misses = 0
+        self.revalidated = 0
 
     def clear(self) -> None:
         """Forget every shape."""
         self.recent.clear()
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.revalidated = 0
 
     def validate_def(
         self,
@@ -317,6 +318,7 @@ class ShapeMemo:
                         recent.insert(0, known)
                     self.hits += 1
                     if errors is None:
+                        self.revalidated += 1
                         _schema.validate_def(name, instance, sink, chunk=chunk)
                     else:
                         for path, message in errors:
