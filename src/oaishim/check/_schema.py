@@ -70,8 +70,7 @@ def validate(kind: str, instance: Any, sink: Sink, *, chunk: int | None = None, 
 
 def validate_def(name: str, instance: Any, sink: Sink, *, chunk: int | None = None, base: str = "$") -> None:
     """Validate against one named schema of the bundle (a root, or a Responses event's own schema)."""
-    for path, message, _ in errors_def(name, instance, base):
-        sink.add("schema", path, message, chunk=chunk)
+    report_errors(errors_def(name, instance, base), sink, chunk)
 
 
 def errors_def(name: str, instance: Any, base: str = "$") -> list[tuple[str, str, Any]]:
@@ -83,6 +82,12 @@ def errors_def(name: str, instance: Any, base: str = "$") -> list[tuple[str, str
             path = child(path, part)
         out.append((path, error.message, error.instance))
     return out
+
+
+def report_errors(errors: list[tuple[str, str, Any]], sink: Sink, chunk: int | None) -> None:
+    """:func:`validate_def`'s findings for the errors :func:`errors_def` found."""
+    for path, message, _ in errors:
+        sink.add("schema", path, message, chunk=chunk)
 
 
 def _resolve(schema: Schema) -> Schema:

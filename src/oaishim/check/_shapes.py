@@ -260,10 +260,10 @@ def fixed(value: Any) -> bool:
     return value is None or value is True or value is False
 
 
-# A shape seen: rule a's findings (path and message; None where they are about a value that could
-# differ in another instance of the shape, and are made again for each), and what rule b found in
-# it (the unknown keys' path and key, reported again with the options of the check at hand)
-_Known = tuple[object, list[tuple[str, str]] | None, list[tuple[str, str]]]
+# A shape seen: rule a's findings (``_schema.errors_def``'s; None where they are about a value that
+# could differ in another instance of the shape, and are made again for each), and what rule b found
+# in it (the unknown keys' path and key, reported again with the options of the check at hand)
+_Known = tuple[object, list[tuple[str, str, Any]] | None, list[tuple[str, str]]]
 
 
 class ShapeMemo:
@@ -321,17 +321,15 @@ class ShapeMemo:
                         self.revalidated += 1
                         _schema.validate_def(name, instance, sink, chunk=chunk)
                     else:
-                        for path, message in errors:
-                            sink.add("schema", path, message, chunk=chunk)
+                        _schema.report_errors(errors, sink, chunk)
                     _schema.report_keys(keys, sink, chunk, extensions_as_notes, intended)
                     return
             self.misses += 1
         found = _schema.errors_def(name, instance)
-        for path, message, _ in found:
-            sink.add("schema", path, message, chunk=chunk)
+        _schema.report_errors(found, sink, chunk)
         keys = _schema.unknown_keys(_schema.root(name), instance, "$")
         if whole:
-            kept = [(path, message) for path, message, _ in found] if all(fixed(v) for _, _, v in found) else None
+            kept = found if all(fixed(value) for _, _, value in found) else None
             recent.insert(0, (shape(instance, names), kept, keys))
             del recent[self.limit :]
         _schema.report_keys(keys, sink, chunk, extensions_as_notes, intended)
