@@ -144,7 +144,7 @@ class Pace:
             self.behind = True
         elif backlog.bytes <= self.backlog_bytes // 4 and age <= self.BACKLOG_AGE / 2:
             self.behind = False
-        if self.behind or now - self.last_frame >= self.QUIET:
+        if self.behind or self._quiet_at(now):
             return True
         self._metered = self.tokens > 0
         return self._metered
@@ -153,7 +153,10 @@ class Pace:
         """Whether the gateway is quiet (no frame for ``QUIET`` seconds) and the backlog not
         behind: what is built now is built on time no serving process wants (the checker's
         budget is then not counted, ``server.recording.CheckBudget.free``)."""
-        return not self.behind and self.clock() - self.last_frame >= self.QUIET
+        return not self.behind and self._quiet_at(self.clock())
+
+    def _quiet_at(self, now: float) -> bool:
+        return now - self.last_frame >= self.QUIET
 
     def full(self, backlog: Backlog) -> bool:
         """Whether to stop reading frames until some are built (the workers then hold and drop)."""
