@@ -36,11 +36,15 @@ from compare import free_port, post, request_body, wrk
 BENCH = Path(__file__).resolve().parent
 
 
-def start(src: Path | None, capture: bool, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+def start(
+    src: Path | None, capture: bool, upstream: str, tmp: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """oaishim from ``src`` (None: the venv's), capture on or off, once it answers; ``tmp``: its
+    folder (the capture goes to ``tmp / "capture"``), a new one by default."""
     name = "oaishim_capture" if capture else "oaishim"
     port = free_port()
     sources = {name: paths.source_folder(src)} if src is not None else {}
-    spec = paths.launch(name, upstream, port, Path(tempfile.mkdtemp(prefix="capture-c32-")), sources)
+    spec = paths.launch(name, upstream, port, tmp or Path(tempfile.mkdtemp(prefix="capture-c32-")), sources)
     proc = subprocess.Popen(
         spec.argv, env=spec.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

@@ -16,17 +16,14 @@ checkout's venv; none: the venv's own install.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import paths
 import procstat
-from compare import free_port, post, request_body, settle, wrk
+from capture_c32 import start
+from compare import free_port, settle, wrk
 
 
 def unchecked(folder: Path) -> tuple[int, int]:
@@ -36,23 +33,13 @@ def unchecked(folder: Path) -> tuple[int, int]:
 
 
 def one(src: Path | None, upstream: str, connections: int, seconds: float) -> str:
-    port, tmp = free_port(), Path(tempfile.mkdtemp(prefix="capture-checked-"))
-    sources = {"oaishim_capture": paths.source_folder(src)} if src is not None else {}
-    spec = paths.launch("oaishim_capture", upstream, port, tmp, sources)
-    gateway = subprocess.Popen(
-        spec.argv, env=spec.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    tmp = Path(tempfile.mkdtemp(prefix="capture-checked-"))
+    gateway, url = start(src, True, upstream, tmp)
+
+    def pids() -> list[int]:
+        return procstat.tree(gateway.pid)
+
     try:
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        while True:
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                if post(url, request_body(4, False), timeout=2) == 200:
-                    break
-            time.sleep(0.02)
-
-        def pids() -> list[int]:
-            return procstat.tree(gateway.pid)
-
         wrk(url, connections, 1)
         settle(pids)
         tree = sorted(pids())
