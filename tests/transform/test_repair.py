@@ -511,6 +511,49 @@ def test_the_plain_body_path_agrees_with_the_stream() -> None:
         assert [name for name, _ in calls] == [p.name for p in pieces if isinstance(p, CallStart)]
 
 
+def _piped(text: str, plan: RepairPlan) -> tuple[list[Piece], bool, set[str]]:
+    """``repair_text`` as it was: the whole pipeline built, fed and flushed, whatever the text."""
+    repair = TextRepair(plan)
+    pieces = repair.feed(text) + repair.flush()
+    return pieces, repair.stopped, set(repair.applied())
+
+
+PLANS = [
+    RepairPlan(),
+    RepairPlan(starts_in_reasoning=True),
+    RepairPlan(tools=True, tool_names=plan_tool_names(TOOLS)),
+    RepairPlan(stops=("STOP",)),
+    RepairPlan(special=CHATML),
+    RepairPlan(cleanup=True, markup=frozenset({"<b>"})),
+    RepairPlan(reasoning=False, stops=("x",)),
+]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["a", " ", "\n", "<", "/", ">", "think", "STOP", "<|im_end|>", "é", "x"]), max_size=20
+    ).map("".join),
+    st.sampled_from(PLANS),
+)
+@examples(300)
+def test_repair_text_gives_what_the_whole_pipeline_gives(text: str, plan: RepairPlan) -> None:
+    """A text with no tag character under a plan that only splits reasoning skips building the
+    pipeline; for every text and plan the pieces, the stop and the repairs it reports are the
+    pipeline's own."""
+    applied: set[str] = set()
+    pieces, stopped = repair_text(text, plan, applied)
+    assert (pieces, stopped, applied) == _piped(text, plan)
+
+
+def test_the_shortcut_is_taken_only_when_nothing_could_change() -> None:
+    # (the shortcut's answer is checked above; here, that both sides of its condition are reached)
+    assert repair_text("plain words", RepairPlan()) == ([Text("content", "plain words")], False)
+    applied: set[str] = set()
+    pieces, _ = repair_text("<think>why</think>so", RepairPlan(), applied)
+    assert pieces == [Text("reasoning", "why"), Text("content", "so")]
+    assert applied == {"think_split"}
+
+
 def legacy_chunk(text: str, finish: str | None = None) -> str:
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
     return json.dumps({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "tiny", "choices": [choice]})

@@ -46,6 +46,15 @@ from typing import Final
 from oaishim.transform.pieces import Piece, Text, TextKind, join_text
 
 _NEWLINES: Final = "\r\n"
+OPEN_TAG: Final = "<think>"
+CLOSE_TAG: Final = "</think>"
+
+
+def passes_fresh(text: str) -> bool:
+    """Whether a new splitter with the default tags, not starting in reasoning, gives ``text`` (fed
+    whole, then flushed) back as one content piece, unchanged, having split nothing: no tag can
+    begin anywhere in it (``repair.repair_text`` then builds no splitter)."""
+    return OPEN_TAG[0] not in text and CLOSE_TAG[0] not in text
 
 
 class ReasoningSplitter:
@@ -54,7 +63,7 @@ class ReasoningSplitter:
     __slots__ = ("_after_tag", "_close", "_first_chars", "_held", "_kind", "_max_held", "_open", "split")
 
     def __init__(
-        self, *, starts_in_reasoning: bool = False, open_tag: str = "<think>", close_tag: str = "</think>"
+        self, *, starts_in_reasoning: bool = False, open_tag: str = OPEN_TAG, close_tag: str = CLOSE_TAG
     ) -> None:
         if not open_tag or not close_tag or open_tag in close_tag or close_tag in open_tag:
             raise ValueError(f"tags must be non-empty and not contain each other: {open_tag!r}, {close_tag!r}")

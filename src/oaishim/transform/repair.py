@@ -17,7 +17,7 @@ from typing import Final
 
 from oaishim.transform.cleanup import DisplayCleanup, display_markup
 from oaishim.transform.pieces import Piece, Text, TextKind
-from oaishim.transform.reasoning import ReasoningSplitter
+from oaishim.transform.reasoning import ReasoningSplitter, passes_fresh
 from oaishim.transform.special import SpecialTokens
 from oaishim.transform.stops import StopMatcher
 from oaishim.transform.toolcalls import ToolCallParser, ToolFormat
@@ -200,9 +200,25 @@ def plan_tool_names(tools: Sequence[object] | None) -> frozenset[str]:
     return frozenset(names)
 
 
+def _splits_only(plan: RepairPlan) -> bool:
+    """The plan's only stage is the reasoning splitter, starting in content."""
+    return (
+        plan.reasoning
+        and not plan.starts_in_reasoning
+        and not plan.tools
+        and not plan.stops
+        and plan.special is None
+        and not plan.cleanup
+    )
+
+
 def repair_text(text: str, plan: RepairPlan, applied: set[str] | None = None) -> tuple[list[Piece], bool]:
     """A whole text at once (plain bodies): the same pipeline, so both paths agree. The kinds of
     repair it needed are added to ``applied`` when given."""
+    if _splits_only(plan) and text and passes_fresh(text):
+        # The common answer: no tag in it, and no other stage on. The pipeline would give it back
+        # whole as content and apply nothing; building it is most of a plain answer's repair cost.
+        return [Text("content", text)], False
     repair = TextRepair(plan)
     pieces = repair.feed(text) + repair.flush()
     if applied is not None:
