@@ -240,3 +240,29 @@ def test_a_fault_of_the_gateways_own_is_one_error_event_and_logged(
     with caplog.at_level(logging.ERROR), pytest.raises(OpenAIError) as raised:
         normalize_chat({"choices": [], "usage": {"prompt_tokens": 1}}, ctx)
     assert raised.value.status == 502 and ctx.response_id in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("chat", "field", "where"),
+    [
+        (True, ("message", "content"), "choices[1].message.content"),
+        (True, ("message", "refusal"), "choices[1].message.refusal"),
+        (True, ("finish_reason",), "choices[1].finish_reason"),
+        (False, ("text",), "choices[1].text"),
+        (False, ("finish_reason",), "choices[1].finish_reason"),
+    ],
+)
+def test_a_text_field_of_the_wrong_type_is_named_in_the_502(chat: bool, field: tuple[str, ...], where: str) -> None:
+    """The name of the field (built only when it is refused) says which choice and which field."""
+    first = {"index": 0, "message": {"role": "assistant", "content": "a"}, "text": "a", "finish_reason": "stop"}
+    second = copy.deepcopy(first)
+    part = second
+    for key in field[:-1]:
+        part = part[key]
+    part[field[-1]] = 7
+    body = {"id": "x", "object": "o", "created": 1, "model": "m", "choices": [first, second]}
+    normalize = normalize_chat if chat else normalize_completion
+    with pytest.raises(OpenAIError) as caught:
+        normalize(body, ResponseContext(model="m", chat=chat, repair=RepairPlan()))
+    assert caught.value.status == 502
+    assert f"the upstream sent {where} as a number" in caught.value.message

@@ -65,11 +65,12 @@ def unreadable(where: str, value: Any, expected: str) -> OpenAIError:
     )
 
 
-def text_or_none(value: Any, where: str) -> str | None:
-    """A text field of the answer: a string, or None when absent or null."""
+def text_or_none(value: Any, where: str, choice: int | None = None) -> str | None:
+    """A text field of the answer: a string, or None when absent or null. With ``choice``, ``where``
+    names a field of that choice, and the full name (``choices[0].text``) is built only for the error."""
     if value is None or isinstance(value, str):
         return value
-    raise unreadable(where, value, "a string or null")
+    raise unreadable(where if choice is None else f"choices[{choice}].{where}", value, "a string or null")
 
 
 def finish_reason(upstream: Any, made_calls: bool, ctx: ResponseContext) -> str:
@@ -203,9 +204,10 @@ def usage(upstream: Any) -> dict[str, Any] | None:
     )
     if count(upstream.get("reasoning_tokens")) is not None and "reasoning_tokens" not in cdetails:
         cdetails["reasoning_tokens"] = upstream["reasoning_tokens"]
-    kept = {k: cdetails[k] for k in _COMPLETION_DETAILS if count(cdetails.get(k)) is not None}
-    if kept:
-        out["completion_tokens_details"] = kept
+    if cdetails:  # (most backends send none: no lookups then)
+        kept = {k: cdetails[k] for k in _COMPLETION_DETAILS if count(cdetails.get(k)) is not None}
+        if kept:
+            out["completion_tokens_details"] = kept
     return out
 
 

@@ -85,9 +85,9 @@ def _chat_choice(i: int, choice: dict[str, Any], ctx: ResponseContext) -> dict[s
         raise _parts.unreadable(f"choices[{i}].message", message_in, "an object")
     upstream = _parts.mapping(message_in)
     calls = [_tool_call(c) for c in _objects(upstream, "tool_calls")]
-    text = _parts.text_or_none(upstream.get("content"), f"choices[{i}].message.content")
+    text = _parts.text_or_none(upstream.get("content"), "message.content", i)
     reasoning = _parts.reasoning_text(upstream)
-    finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
+    finish = _parts.text_or_none(choice.get("finish_reason"), "finish_reason", i)
     if isinstance(text, str) and text and ctx.repair is not None and ctx.repair.active:
         pieces, stopped = repair_text(text, ctx.repair, ctx.repairs)
         text = join_text(pieces, "content")
@@ -105,7 +105,7 @@ def _chat_choice(i: int, choice: dict[str, Any], ctx: ResponseContext) -> dict[s
         ctx.violations.append((i, _parts.ARGS_INVALID, f"tool call(s) {bad}: arguments are not valid JSON"))
     if ctx.output_format is not None:  # response_format: JSON filed as reasoning moves; the answer is checked
         text, reasoning = output_format.settle(i, text, reasoning, bool(calls), finish, ctx)
-    refusal = _parts.text_or_none(upstream.get("refusal"), f"choices[{i}].message.refusal")
+    refusal = _parts.text_or_none(upstream.get("refusal"), "message.refusal", i)
     content = text if isinstance(text, str) and (text or not calls) else None
     if content is None and not calls and refusal is None:
         content = ""  # a turn with no text and no call still says so with an empty string
@@ -155,8 +155,8 @@ def normalize_completion(body: dict[str, Any], ctx: ResponseContext) -> dict[str
 
 
 def _text_choice(i: int, choice: dict[str, Any], ctx: ResponseContext) -> dict[str, Any]:
-    finish = _parts.text_or_none(choice.get("finish_reason"), f"choices[{i}].finish_reason")
-    text = _parts.text_or_none(choice.get("text"), f"choices[{i}].text") or ""
+    finish = _parts.text_or_none(choice.get("finish_reason"), "finish_reason", i)
+    text = _parts.text_or_none(choice.get("text"), "text", i) or ""
     if text and ctx.repair is not None and ctx.repair.active:  # stops, special tokens: as the stream does
         pieces, stopped = repair_text(text, ctx.repair, ctx.repairs)
         text = join_text(pieces, "content")
