@@ -21,7 +21,7 @@ from test_validate_schema import ACCEPTED as SCHEMA_ACCEPTED
 from _props import examples
 from oaishim.profiles._base import Profile
 from oaishim.transform.request import prepare
-from oaishim.transform.validate import validate
+from oaishim.transform.validate import _fields, validate
 from oaishim.wire.errors import OpenAIError
 
 BASE = Profile(name="test")
@@ -173,3 +173,53 @@ def test_valid_requests_with_backend_fields_are_accepted(
     endpoint, body = case
     body = {**body, **extra}
     assert validate(endpoint, body) is body  # type: ignore[arg-type]
+
+
+# -- the documented scalars, looked at from the body's side ------------------------------------------
+
+_ODD_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-300, 300),
+    st.floats(-5, 300, allow_nan=False),
+    st.text(max_size=2),
+    st.just({}),
+    st.just([]),
+)
+
+
+def _first_refusal(endpoint: Any, body: dict[str, Any]) -> str | None:
+    """The message of the first documented field, in the table's order, that ``_check_field`` refuses."""
+    for spec in _fields._FIELDS_OF[endpoint]:
+        value = body.get(spec.name)
+        if value is not None:
+            try:
+                _fields._check_field(spec, value)
+            except OpenAIError as error:
+                return error.message
+    return None
+
+
+@given(
+    st.sampled_from(["chat", "completions", "embeddings"]),
+    st.dictionaries(st.sampled_from([f.name for f in _fields._FIELDS] + ["vendor_x", "model"]), _ODD_SCALARS),
+)
+@examples(400)
+def test_the_documented_fields_report_the_first_refusal_in_the_tables_order(
+    endpoint: Any, body: dict[str, Any]
+) -> None:
+    """``_check_known`` looks up the body's own keys; what it refuses, and with which message, is what a
+    pass over every documented field in order refuses first, whatever order the body's keys come in."""
+    expected = _first_refusal(endpoint, body)
+    for keys in (list(body), list(reversed(body))):
+        try:
+            _fields._check_known(endpoint, {k: body[k] for k in keys})
+        except OpenAIError as error:
+            assert error.message == expected
+        else:
+            assert expected is None
+
+
+def test_a_field_is_documented_once_per_endpoint() -> None:
+    for endpoint, specs in _fields._FIELDS_OF.items():
+        assert len(_fields._NAMED[endpoint]) == len(specs)
