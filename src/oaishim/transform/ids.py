@@ -11,6 +11,7 @@ import hashlib
 import os
 import string
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 __all__ = ["call_id", "random_bytes", "random_hex", "random_id"]
@@ -35,11 +36,14 @@ class _Pool:
         """In a forked child: bytes of its own, never the ones its parent (or a sibling) hands out."""
         self.data = b""
         self.at = 0
-        self.lock = threading.Lock()  # (two threads never get the same bytes)
+        lock = threading.Lock()  # (two threads never get the same bytes)
+        # Its two methods, bound once: compiled, ``lock.acquire()`` looks the method up by name on
+        # each call (and a with statement looks up and calls __enter__ and __exit__).
+        self.acquire: Callable[[], bool] = lock.acquire
+        self.release: Callable[[], None] = lock.release
 
     def take(self, size: int) -> bytes:
-        lock = self.lock
-        lock.acquire()  # (compiled, a with statement looks up and calls __enter__ and __exit__)
+        self.acquire()
         try:
             start = self.at
             end = start + size
@@ -49,7 +53,7 @@ class _Pool:
             self.at = end
             return self.data[start:end]
         finally:
-            lock.release()
+            self.release()
 
 
 _POOL: Final = _Pool()
