@@ -19,11 +19,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+import httptools
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_client_limits import official_refusal, read_answer
 
+from _props import examples
 from _threadserver import ThreadServer
-from oaishim.server.http import LINGER_SECONDS, PIPELINE_MAX, HttpLimits, ServerState, protocol_factory
+from oaishim.server.http import LINGER_SECONDS, PIPELINE_MAX, HttpLimits, ServerState, protocol_factory, split_target
 from oaishim.server.serving import Server
 
 
@@ -665,3 +669,42 @@ def test_a_chunk_is_its_size_in_hex_its_bytes_and_a_line_end_at_every_size() -> 
         head, _, rest = framed.partition(b"\r\n")
         assert int(head, 16) == size and head == head.lower() and not head.startswith(b"0")
         assert rest == data + b"\r\n"
+
+
+# -- the request target ---------------------------------------------------------------------------
+
+
+def _parsed(url: bytes) -> tuple[bytes, bytes] | str:
+    """What ``httptools.parse_url`` makes of a target: its path and query, or that it refuses it."""
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        return "refused"
+    return parsed.path or b"/", parsed.query or b""
+
+
+def _split(url: bytes) -> tuple[bytes, bytes] | str:
+    try:
+        return split_target(url)
+    except httptools.HttpParserInvalidURLError:
+        return "refused"
+
+
+@given(
+    st.binary(max_size=12)
+    | st.lists(
+        st.sampled_from([b"/", b"v1", b"?", b"#", b"%2F", b"a=1", b" ", b"\x7f", b"\xc3\xa9", b"http://h", b"*"]),
+        max_size=6,
+    ).map(b"".join)
+)
+@examples(600)
+def test_a_target_is_split_as_httptools_splits_it(url: bytes) -> None:
+    """A target that is all path skips the parse; every target, that one or not, comes out as the
+    parse gives it (or is refused as the parse refuses it)."""
+    assert _split(url) == _parsed(url)
+
+
+def test_each_byte_of_a_path_is_read_as_the_parse_reads_it() -> None:
+    for byte in range(256):
+        url = b"/a" + bytes([byte]) + b"b"
+        assert _split(url) == _parsed(url), byte

@@ -222,7 +222,8 @@ class Exchange:
     def _head(self, headers: Iterable[tuple[bytes, bytes]]) -> Headers:
         """The response's headers with the gateway's: one x-request-id, the gateway's (a backend's
         own, passed through, is replaced), and what the request added (``headers_out``)."""
-        kept = [h for h in headers if h[0].lower() != b"x-request-id"]
+        # (a name is lowered only when it has the length of this one: a call each saved, compiled)
+        kept = [h for h in headers if len(h[0]) != 12 or h[0].lower() != b"x-request-id"]
         return [*kept, *self.headers_out, (b"x-request-id", self.request_id.encode())]
 
     def answer(

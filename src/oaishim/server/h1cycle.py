@@ -203,7 +203,7 @@ class Cycle:
             # a name is lowered only when its length is one of the three this looks for (an app's
             # names are a handful of constants: most are looked at by their length alone)
             size = len(name)
-            if size == 14 and name.lower() == b"content-length":
+            if size == 14 and (name == b"content-length" or name.lower() == b"content-length"):
                 length = int(value)  # written below, once
             elif size == 10 and name.lower() == b"connection" and value.lower() == b"close":
                 self.keep_alive = False  # written below, once
