@@ -27,6 +27,7 @@ from test_client_limits import official_refusal, read_answer
 
 from _props import examples
 from _threadserver import ThreadServer
+from oaishim.server import http
 from oaishim.server.http import LINGER_SECONDS, PIPELINE_MAX, HttpLimits, ServerState, protocol_factory, split_target
 from oaishim.server.serving import Server
 
@@ -699,12 +700,20 @@ def _split(url: bytes) -> tuple[bytes, bytes] | str:
 )
 @examples(600)
 def test_a_target_is_split_as_httptools_splits_it(url: bytes) -> None:
-    """A target that is all path skips the parse; every target, that one or not, comes out as the
-    parse gives it (or is refused as the parse refuses it)."""
+    """A target found to be all path skips the parse from then on; every target, the first time and
+    the next, comes out as the parse gives it (or is refused as the parse refuses it)."""
+    assert _split(url) == _parsed(url)
     assert _split(url) == _parsed(url)
 
 
 def test_each_byte_of_a_path_is_read_as_the_parse_reads_it() -> None:
     for byte in range(256):
         url = b"/a" + bytes([byte]) + b"b"
-        assert _split(url) == _parsed(url), byte
+        assert _split(url) == _parsed(url) == _split(url), byte
+
+
+def test_only_a_target_that_is_all_path_is_remembered() -> None:
+    split_target(b"/v1/remembered")
+    split_target(b"/v1/asked?x=1")
+    assert b"/v1/remembered" in http._WHOLE_PATHS
+    assert b"/v1/asked?x=1" not in http._WHOLE_PATHS
