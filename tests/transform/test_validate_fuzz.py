@@ -22,6 +22,9 @@ from _props import examples
 from oaishim.profiles._base import Profile
 from oaishim.transform.request import prepare
 from oaishim.transform.validate import _fields, validate
+from oaishim.transform.validate._covered import COVERED_FIELDS, covered
+from oaishim.transform.validate._limits import check_limits
+from oaishim.transform.validate._schema import _validator
 from oaishim.wire.errors import OpenAIError
 
 BASE = Profile(name="test")
@@ -223,3 +226,104 @@ def test_the_documented_fields_report_the_first_refusal_in_the_tables_order(
 def test_a_field_is_documented_once_per_endpoint() -> None:
     for endpoint, specs in _fields._FIELDS_OF.items():
         assert len(_fields._NAMED[endpoint]) == len(specs)
+
+
+# -- the plain chat requests the hand checks cover, which skip the schema ------------------------------
+
+_INTERESTING: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    2,
+    5,
+    20,
+    21,
+    128,
+    129,
+    -2,
+    -3,
+    0.0,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    -2.0,
+    -2.5,
+    1e3,
+    2**63 - 1,
+    -(2**63),
+    1e19,
+    -1e19,
+    2**64 - 1,
+    "",
+    "x",
+    "gpt-4o",
+    [],
+    {},
+    [1],
+    {"a": 1},
+]
+_ROLES = [*_fields.ROLES, "robot", "", None, 1]
+_CHAT_BASE: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _hand_checks_pass(body: dict[str, Any]) -> bool:
+    try:
+        check_limits(body)
+        _fields.check_fields("chat", body)
+    except OpenAIError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("key", sorted(COVERED_FIELDS - {"messages"}))
+def test_each_value_of_a_covered_field_the_hand_checks_pass_the_schema_passes(key: str) -> None:
+    passed = 0
+    for value in _INTERESTING:
+        body = {**_CHAT_BASE, key: value}
+        if covered("chat", body) and _hand_checks_pass(body):
+            passed += 1
+            assert _validator("chat").is_valid(body), (key, value)
+    assert passed  # (every field has values that get this far)
+
+
+@given(
+    st.sampled_from(["m", "", 1, None, "gpt-4o"]),
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(_ROLES), "content": st.text(max_size=3) | st.sampled_from(_INTERESTING)}
+        ),
+        max_size=3,
+    ),
+    st.dictionaries(st.sampled_from(sorted(COVERED_FIELDS - {"model", "messages"})), st.sampled_from(_INTERESTING)),
+)
+@examples(1500)
+def test_a_covered_body_the_hand_checks_pass_the_schema_passes(
+    model: Any, messages: list[dict[str, Any]], scalars: dict[str, Any]
+) -> None:
+    body = {"model": model, "messages": messages, **scalars}
+    if covered("chat", body) and _hand_checks_pass(body):
+        assert _validator("chat").is_valid(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {**_CHAT_BASE, "stop": "x"},  # another field
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},  # parts
+        {"model": "m", "messages": [{"role": "user", "content": "hi", "name": "a"}]},  # a name
+        {"model": "m", "messages": [{"role": "tool", "content": "hi"}]},  # a role with more to it
+        {"model": "m", "messages": [{"role": "assistant", "content": None}]},
+    ],
+)
+def test_anything_else_is_asked_of_the_schema(body: dict[str, Any]) -> None:
+    assert not covered("chat", body)
+
+
+def test_only_chat_is_covered() -> None:
+    assert covered("chat", _CHAT_BASE)
+    assert not covered("completions", {"model": "m", "prompt": "hi"})

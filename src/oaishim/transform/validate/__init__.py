@@ -14,7 +14,7 @@ Four passes, the first failure reported, as the official API reports one:
 2. ``_fields``: the required field, then the documented scalars, messages, stops and tools, by hand:
    what clients most often get wrong, reported first and in the official words.
 3. ``_schema``: the whole body against the official request schema (enums, nested shapes, every
-   documented field).
+   documented field); skipped for a plain chat request the second pass covers whole (``_covered``).
 4. ``_cross``: rules between fields (tool names unique, ``tool_choice`` names an offered tool).
 
 ``null`` is accepted for every optional field: it means "the default". Fields the official API does
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oaishim.transform.validate._covered import covered
 from oaishim.transform.validate._cross import check_tools_offered
 from oaishim.transform.validate._errors import empty_array, invalid_type, invalid_value, json_type, missing
 from oaishim.transform.validate._fields import Endpoint, check_fields
@@ -43,7 +44,8 @@ def validate(endpoint: Endpoint, body: Any, *, from_json: bool = False) -> dict[
         raise bad_request(f"Invalid type for request body: expected an object, but got {json_type(body)} instead.")
     check_limits(body, from_json=from_json)
     check_fields(endpoint, body)
-    check_schema(endpoint, body)
+    if not covered(endpoint, body):
+        check_schema(endpoint, body)
     if endpoint == "chat":
         check_tools_offered(body)
     return body

@@ -127,16 +127,17 @@ def _check_field(spec: _Field, value: Any) -> None:
         raise _out_of_range(spec, value, below=False)
 
 
-def _check_content(param: str, message: dict[str, Any], role: str) -> None:
+def _check_content(i: int, message: dict[str, Any], role: str) -> None:
     if "content" not in message:
         if role != "assistant":  # an assistant message may carry only tool calls
-            raise missing(f"{param}.content")
+            raise missing(f"messages[{i}].content")
         return
     content = message["content"]
     if content is None and role in ("assistant", "function"):
         return
     if isinstance(content, str):
         return
+    param = f"messages[{i}]"
     if not isinstance(content, list):
         raise invalid_type(f"{param}.content", "one of a string or array of objects", content)
     if not content:
@@ -158,20 +159,19 @@ def _check_messages(body: dict[str, Any]) -> None:
         raise invalid_type("messages", "an array", messages)
     if not messages:
         raise empty_array("messages")
-    for i, message in enumerate(messages):
-        param = f"messages[{i}]"
+    for i, message in enumerate(messages):  # (a message's name is formatted only for its error)
         if not isinstance(message, dict):
-            raise invalid_type(param, "an object", message)
+            raise invalid_type(f"messages[{i}]", "an object", message)
         role = message.get("role")
         if role is None:
-            raise missing(f"{param}.role")
+            raise missing(f"messages[{i}].role")
         if not isinstance(role, str):
-            raise invalid_type(f"{param}.role", "a string", role)
+            raise invalid_type(f"messages[{i}].role", "a string", role)
         if role not in ROLES:
-            raise invalid_value(f"{param}.role", role, ROLES)
-        _check_content(param, message, role)
+            raise invalid_value(f"messages[{i}].role", role, ROLES)
+        _check_content(i, message, role)
         if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-            raise missing(f"{param}.tool_call_id")
+            raise missing(f"messages[{i}].tool_call_id")
 
 
 def _check_prompt(body: dict[str, Any], name: str) -> None:
