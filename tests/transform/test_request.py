@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from _props import examples
 from oaishim.check import Exchange, check
 from oaishim.profiles._base import Profile
-from oaishim.transform.request import PreparedRequest, prepare
+from oaishim.transform.request import PreparedRequest, prepare, rewrite
 from oaishim.wire.errors import OpenAIError
 
 BASE = Profile(name="test")  # reasoning_content in, max_tokens in, nothing rejected
@@ -878,3 +878,53 @@ def test_never_mutates_and_never_leaves_developer_behind(
                 assert isinstance(call["function"]["arguments"], str)
             kept = {k for k in ("reasoning", "reasoning_content") if k in m}
             assert kept <= ({profile.reasoning_in} - {"drop"})
+
+
+# -- the history's rewrite, in one pass ------------------------------------------------------------
+
+_CALL = {"id": "c1", "function": {"name": "f", "arguments": {"a": 1}}}
+_MESSAGE_PARTS = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["system", "developer", "user", "assistant", "tool"]),
+        "content": st.sampled_from(["x", ""]),
+    },
+    optional={
+        "reasoning_content": st.sampled_from(["r", None]),
+        "reasoning": st.sampled_from(["q", None]),
+        "tool_calls": st.sampled_from(
+            [None, [], [_CALL], [{"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]]
+        ),
+    },
+)
+
+
+def _rewritten_as_before(messages: list[Any], profile: Profile) -> list[Any]:
+    """The rewrite as it was written before it took one pass: every message looked at, then the
+    developer messages merged, and the result kept only where an element changed."""
+    from oaishim.transform.request import _merge_developer, _rewrite_assistant
+
+    out = [_rewrite_assistant(m, profile) if m.get("role") == "assistant" else m for m in messages]
+    if profile.developer_to_system:
+        out = _merge_developer(out)
+    changed = len(out) != len(messages) or any(a is not b for a, b in zip(out, messages, strict=False))
+    return out if changed else messages
+
+
+@given(
+    st.lists(_MESSAGE_PARTS, min_size=1, max_size=6),
+    st.booleans(),
+    st.sampled_from(["reasoning", "reasoning_content", "drop"]),
+    st.booleans(),
+)
+@examples(400)
+def test_the_history_is_rewritten_as_before(
+    messages: list[dict[str, Any]], merge: bool, reasoning_in: Any, type_required: bool
+) -> None:
+    profile = Profile(
+        name="t", developer_to_system=merge, reasoning_in=reasoning_in, tool_call_type_required=type_required
+    )
+    body = {"model": "m", "messages": copy.deepcopy(messages)}
+    expected = _rewritten_as_before(copy.deepcopy(messages), profile)
+    prepared = rewrite("chat", body, profile)  # (the rewrite alone: validation would refuse some of these)
+    assert prepared.body["messages"] == expected
+    assert body["messages"] == messages  # the client's own are never edited

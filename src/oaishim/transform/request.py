@@ -188,6 +188,8 @@ def _rewrite_tool_call(call: Any, profile: Profile) -> Any:
 
 def _rewrite_assistant(message: dict[str, Any], profile: Profile) -> dict[str, Any]:
     """The message itself when nothing changes, else a rewritten copy."""
+    if "tool_calls" not in message and "reasoning_content" not in message and "reasoning" not in message:
+        return message  # (the usual turn in a history: no key below, _REASONING_KEYS included; no copy made)
     out = dict(message)
     present = [k for k in _REASONING_KEYS if k in message]
     if present:
@@ -209,8 +211,20 @@ def _rewrite_assistant(message: dict[str, Any], profile: Profile) -> dict[str, A
 
 
 def _rewrite_messages(messages: list[Any], profile: Profile) -> list[Any]:
-    out = [_rewrite_assistant(m, profile) if m.get("role") == "assistant" else m for m in messages]
-    if profile.developer_to_system:
+    """``messages`` itself when nothing changes (one pass over them), else a rewritten list."""
+    out = messages
+    developer = False
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            rewritten = _rewrite_assistant(message, profile)
+            if rewritten is not message:
+                if out is messages:
+                    out = list(messages)
+                out[i] = rewritten
+        elif role == "developer":
+            developer = True
+    if developer and profile.developer_to_system:
         out = _merge_developer(out)
     return out
 
@@ -303,7 +317,7 @@ def rewrite(
     if endpoint == "chat":
         messages = client["messages"]
         rewritten = _rewrite_messages(messages, profile)
-        if len(rewritten) != len(messages) or any(a is not b for a, b in zip(rewritten, messages, strict=False)):
+        if rewritten is not messages:
             out["messages"] = rewritten
             if profile.developer_to_system and any(m.get("role") == "developer" for m in messages):
                 repairs.append("developer_merged")
