@@ -8,10 +8,9 @@ and plans the repairs) does not depend on them.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import string
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 __all__ = ["call_id", "random_bytes", "random_hex", "random_id"]
@@ -40,10 +39,10 @@ class _Pool:
     call for sixty ids instead of one an id (a request makes two or more).
 
     Without a lock (whose acquire and release were most of an id's cost): a draw is cut into slots
-    of ``SLOT`` bytes, handed out by a counter, and ``next`` on a counter is one step no other
-    thread can split. So two threads never get the same slot, and a thread that finds the slots
-    spent draws anew (two that do so at once each draw their own; the slots of the first draw
-    still unused are left unused). A take longer than a slot draws its own bytes."""
+    of ``SLOT`` bytes, whose offsets are popped from a list, and a pop is one step no other thread
+    can split. So two threads never get the same slot, and a thread that finds the slots spent
+    draws anew (two that do so at once each draw their own; the slots of the first draw still
+    unused are left unused). A take longer than a slot draws its own bytes."""
 
     def __init__(self, draw: Callable[[int], bytes]) -> None:
         self.draw = draw  # at least as many bytes as asked
@@ -51,17 +50,20 @@ class _Pool:
 
     def forget(self) -> None:
         """In a forked child: bytes of its own, never the ones its parent (or a sibling) hands out."""
-        self.slots: tuple[bytes, Iterator[int]] = (b"", itertools.count())
+        self.slots: tuple[bytes, list[int]] = (b"", [])
 
     def take(self, size: int) -> bytes:
         if size > SLOT:
             return self.draw(size)[:size]
         while True:
-            data, counter = self.slots  # (one read: the bytes and their counter belong together)
-            start = next(counter) * SLOT
-            if start + SLOT <= len(data):
-                return data[start : start + size]
-            self.slots = (self.draw(DRAW), itertools.count())
+            data, free = self.slots  # (one read: the bytes and their offsets belong together)
+            try:
+                start = free.pop()
+            except IndexError:
+                data = self.draw(DRAW)
+                self.slots = (data, list(range(len(data) // SLOT * SLOT - SLOT, -1, -SLOT)))
+                continue
+            return data[start : start + size]
 
 
 _POOL: Final = _Pool(os.urandom)
