@@ -91,24 +91,6 @@ def test_a_responses_item_id_is_the_response_digits_and_a_4_digit_hex_counter() 
     assert item_ids(response_id)("rs") == f"rs_{digits}0000"  # each factory counts from 0
 
 
-def test_id_characters_are_drawn_ahead_as_many_as_asked_and_fresh_in_a_forked_child() -> None:
-    assert len(ids._id_chars(1)) >= 1 and len(ids._id_chars(ids.DRAW)) >= ids.DRAW
-    made = [ids.random_id("", 29) for _ in range(3 * ids.DRAW // 29 + 5)]  # across several draws
-    assert len(set(made)) == len(made) and {len(m) for m in made} == {29}
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(write, ids.random_id("", 29).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        child = pipe.read().decode()
-    os.waitpid(pid, 0)
-    assert len(child) == 29 and child != ids.random_id("", 29)
-
-
 def test_threads_taking_at_once_never_get_the_same_bytes() -> None:
     """No lock: each draw's slots are handed out by a counter. Eight threads taking at once, across
     many draws (a switch between them every few bytecodes), get bytes no other take got."""
