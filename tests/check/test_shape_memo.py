@@ -22,7 +22,6 @@ the two rules do without it.
 from __future__ import annotations
 
 import copy
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _props import examples
+from _switching import run_switching
 from oaishim.check import _schema, _shapes, check, exchange_from_bytes
 from oaishim.check._findings import Sink
 from oaishim.wire.sse import SSEDecoder
@@ -388,15 +388,6 @@ def test_threads_sharing_the_memo_judge_alike() -> None:
                 except Exception as exc:  # (a thread's exception would not fail the test by itself)
                     failures.append(f"{offset}: {k} {exc!r}")
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_switching([threading.Thread(target=work, args=(i,)) for i in range(4)])  # turns as often as they can
     assert failures == []
     assert memo.hits > 0

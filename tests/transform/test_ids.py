@@ -7,6 +7,7 @@ import os
 import string
 import threading
 
+from _switching import run_switching
 from oaishim.transform import ids
 
 
@@ -94,8 +95,6 @@ def test_a_responses_item_id_is_the_response_digits_and_a_4_digit_hex_counter() 
 def test_threads_taking_at_once_never_get_the_same_bytes() -> None:
     """No lock: each draw's slots are handed out by a counter. Eight threads taking at once, across
     many draws (a switch between them every few bytecodes), get bytes no other take got."""
-    import sys
-
     taken: list[list[bytes]] = [[] for _ in range(8)]
     start = threading.Barrier(8)
 
@@ -105,16 +104,7 @@ def test_threads_taking_at_once_never_get_the_same_bytes() -> None:
             mine.append(ids.random_bytes(24))
             mine.append(ids.random_id("", 29).encode())
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work, args=(mine,)) for mine in taken]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_switching([threading.Thread(target=work, args=(mine,)) for mine in taken])
     everything = [one for mine in taken for one in mine]
     assert len(everything) == 8 * 3000
     assert len(set(everything)) == len(everything)
