@@ -109,15 +109,6 @@ def _out_of_range(spec: _Field, value: int | float, *, below: bool) -> OpenAIErr
     return out_of_range(spec.name, value, bound, below=below, integer=spec.kind == "integer")
 
 
-def _fits(spec: _Field, value: Any) -> bool:
-    """Whether :func:`_check_field` lets ``value`` through."""
-    return (
-        _is(spec.kind, value)
-        and (spec.minimum is None or not value < spec.minimum)
-        and (spec.maximum is None or not value > spec.maximum)
-    )
-
-
 def _check_field(spec: _Field, value: Any) -> None:
     if not _is(spec.kind, value):
         raise invalid_type(spec.name, _EXPECTED[spec.kind], value)
@@ -326,8 +317,11 @@ def _check_known(endpoint: Endpoint, body: dict[str, Any]) -> None:
     specs = _NAMED[endpoint]
     for key, value in body.items():
         spec = specs.get(key)
-        if spec is not None and value is not None and not _fits(spec, value):
-            break
+        if spec is not None and value is not None:
+            try:
+                _check_field(spec, value)
+            except OpenAIError:
+                break
     else:
         return
     for spec in _FIELDS_OF[endpoint]:
