@@ -188,10 +188,10 @@ def _rewrite_tool_call(call: Any, profile: Profile) -> Any:
 
 def _rewrite_assistant(message: dict[str, Any], profile: Profile) -> dict[str, Any]:
     """The message itself when nothing changes, else a rewritten copy."""
-    if "tool_calls" not in message and "reasoning_content" not in message and "reasoning" not in message:
-        return message  # (the usual turn in a history: no key below, _REASONING_KEYS included; no copy made)
-    out = dict(message)
     present = [k for k in _REASONING_KEYS if k in message]
+    if not present and "tool_calls" not in message:
+        return message  # (the usual turn in a history: nothing below applies, and no copy is made)
+    out = dict(message)
     if present:
         target = profile.reasoning_in
         order = [target, *_REASONING_KEYS] if target != "drop" else list(_REASONING_KEYS)
@@ -210,8 +210,9 @@ def _rewrite_assistant(message: dict[str, Any], profile: Profile) -> dict[str, A
     return message if out == message else out
 
 
-def _rewrite_messages(messages: list[Any], profile: Profile) -> list[Any]:
-    """``messages`` itself when nothing changes (one pass over them), else a rewritten list."""
+def _rewrite_messages(messages: list[Any], profile: Profile) -> tuple[list[Any], bool]:
+    """``messages`` itself when nothing changes (one pass over them), else a rewritten list; and
+    whether developer messages were merged."""
     out = messages
     developer = False
     for i, message in enumerate(messages):
@@ -224,9 +225,8 @@ def _rewrite_messages(messages: list[Any], profile: Profile) -> list[Any]:
                 out[i] = rewritten
         elif role == "developer":
             developer = True
-    if developer and profile.developer_to_system:
-        out = _merge_developer(out)
-    return out
+    merged = developer and profile.developer_to_system
+    return (_merge_developer(out) if merged else out), merged
 
 
 def _whole(value: Any) -> Any:
@@ -316,11 +316,11 @@ def rewrite(
 
     if endpoint == "chat":
         messages = client["messages"]
-        rewritten = _rewrite_messages(messages, profile)
+        rewritten, merged = _rewrite_messages(messages, profile)
         if rewritten is not messages:
             out["messages"] = rewritten
-            if profile.developer_to_system and any(m.get("role") == "developer" for m in messages):
-                repairs.append("developer_merged")
+        if merged:
+            repairs.append("developer_merged")
     if endpoint != "embeddings":
         _set_limit(out, limit, endpoint, profile)
         _set_stream_options(out, include_usage, profile, dropped)
