@@ -379,7 +379,7 @@ def note(route: str, profile: str, prepared: PreparedRequest) -> None:
 
 # The exchange of the request this task serves (None outside one): the context variable's own
 # getter, so the seven calls a request makes are not seven Python frames.
-current: Callable[[], Exchange | None] = _current.get
+current: Final[Callable[[], Exchange | None]] = _current.get
 
 
 # The loggers of the request path: their warnings and errors name the request

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, Final, Protocol
 
-HIGH_WATER = 64 * 1024  # request body bytes held for the app before the connection stops reading
+HIGH_WATER: Final = 64 * 1024  # request body bytes held for the app before the connection stops reading
 STATUS_LINES: Final = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 _NO_BODY: Final = frozenset({204, 304})
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"

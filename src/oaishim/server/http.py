@@ -54,7 +54,11 @@ LINGER_SECONDS: Final = 2.0  # how long a refused connection is read and discard
 PIPELINE_MAX: Final = 16  # requests a connection holds behind the one being answered; past it, the last closes it
 _ASGI: Final = {"version": "3.0", "spec_version": "2.3"}
 # what the shared timer is waiting for
-_NONE, _HEAD, _BODY, _IDLE, _LINGER = range(5)
+_NONE: Final = 0
+_HEAD: Final = 1
+_BODY: Final = 2
+_IDLE: Final = 3
+_LINGER: Final = 4
 TASK_NAME: Final = "oaishim-request"  # every request's task (asyncio names the others Task-N)
 
 

@@ -22,7 +22,8 @@ from oaishim.wire.errors import bad_request
 MAX_DEPTH: Final = 128
 # The official API reads integers as int64 (``seed`` is the widest it documents), and a backend that
 # decodes into 64-bit integers fails on wider ones.
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
 
 _Fault = tuple[str, list[str | int], Any]  # (what, path from the body's root, the value)
 
