@@ -18,9 +18,12 @@ from typing import Any
 import orjson
 import pytest
 from _apps import EchoBackend, RunningApp, get, post
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import header_value
+from oaishim.capture.redact import scrub_bytes
 from oaishim.capture_tools.proxy import CaptureProxy
 from oaishim.server.app import Gateway
 from oaishim.server.config import ModelRoute, Settings
@@ -201,3 +204,31 @@ def test_the_proxy_asks_for_an_uncompressed_answer(tmp_path: Path) -> None:
         status, _ = post(px.url + "/v1/chat/completions", CHAT, {"Accept-Encoding": "gzip, br"})
         assert status == 200
     assert backend.seen[0]["accept-encoding"] == "identity"
+
+
+def _scrubbed_by_search(data: bytes, needles: tuple[bytes, ...]) -> bytes:
+    """What scrub_bytes must give: each needle in turn, found then replaced."""
+    for needle in needles:
+        if needle in data:
+            data = data.replace(needle, b"[REDACTED]")
+    return data
+
+
+@given(
+    st.lists(st.sampled_from([b"sk-", b"ab", b"key", b"x", b"[REDACTED]", b"\n"]), max_size=12).map(b"".join),
+    st.lists(st.sampled_from([b"sk-ab", b"abab", b"key", b"[REDACTED]", b"x" * 8]), max_size=3, unique=True),
+)
+def test_scrub_bytes_masks_every_needle_and_keeps_the_object_when_none_occurs(
+    data: bytes, needles: list[bytes]
+) -> None:
+    order = tuple(needles)
+    expected = _scrubbed_by_search(data, order)
+    got = scrub_bytes(data, order)
+    assert got == expected
+    # the callers tell "nothing was masked" by identity (``is not``): it must hold both ways
+    assert (got is data) == (expected == data and not any(n in data for n in order))
+    # a bytes-like other than bytes is masked the same, and left as it is when nothing occurs
+    mutable = bytearray(data)
+    got_mutable = scrub_bytes(mutable, order)
+    assert got_mutable == expected
+    assert (got_mutable is mutable) == (not any(n in data for n in order))

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 import orjson
 
 MASK: Final = "[REDACTED]"
+_MASK_BYTES: Final = MASK.encode()
 MIN_SECRET: Final = 8
 SECRET_HEADERS: Final = frozenset(
     {
@@ -195,14 +196,20 @@ def secret_needles(secrets: Iterable[str | None], *, raw: bool = True) -> tuple[
     return tuple(sorted(needles, key=len, reverse=True))
 
 
-def scrub_bytes(data: bytes, needles: Iterable[bytes]) -> bytes:
+def scrub_bytes(data: bytes, needles: tuple[bytes, ...]) -> bytes:
     """``data`` with every needle replaced by the mask; the very same object when none occurs (the
     cost then is one search per needle, cheap enough for every piece a client is sent)."""
-    for needle in needles:
-        # find, not ``in``: bytes.__contains__ first tries the needle as an int, and the TypeError it
-        # builds and drops cost more than the search (one per piece a client is sent; callgrind)
+    if type(data) is bytes:
+        # bytes.replace gives back the bytes themselves when the needle does not occur: one search,
+        # and a call with no argument tuple, where ``find`` then ``replace`` parsed one (callgrind:
+        # ~1,000 instructions a needle for a piece a client is sent, against ~400 this way). Not
+        # ``in``: bytes.__contains__ first tries the needle as an int, and drops the TypeError.
+        for needle in needles:
+            data = data.replace(needle, _MASK_BYTES)
+        return data
+    for needle in needles:  # a bytes-like other than bytes: replace would always copy it
         if data.find(needle) != -1:
-            data = data.replace(needle, MASK.encode())
+            data = data.replace(needle, _MASK_BYTES)
     return data
 
 
