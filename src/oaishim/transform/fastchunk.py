@@ -38,10 +38,8 @@ _VLLM_TOKEN = re.compile(
 # begins with the same characters up to the text (the id, created and model do not change), so once
 # the pattern has matched one, the next is checked against that beginning and these ends with two
 # comparisons instead of the pattern (6.6k instructions an event, compiled, against ~1k).
-_ENDS: Final = (
-    '"},"logprobs":null,"finish_reason":null}]}',
-    '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}',
-)
+_END_PLAIN: Final = '"},"logprobs":null,"finish_reason":null}]}'
+_END_IDS: Final = '"},"logprobs":null,"finish_reason":null,"token_ids":null}]}'
 
 
 # Another encoder's bytes for one content token: the client's choice index and the text (the
@@ -138,10 +136,13 @@ def _text_before_end(data: str, start: int) -> str | None:
     A text without a quote is the whole string (its closing quote is the end's first character);
     ``isprintable`` is stricter than the pattern (no control character, nor a separator but the
     space): what it refuses goes the pattern's way."""
-    for end in _ENDS:
-        if data.endswith(end):
-            text = data[start : len(data) - len(end)]
-            if text and text.isprintable() and '"' not in text and "\\" not in text:
-                return text
-            return None
+    # the two ends by name: a loop over a tuple of them is a generic iteration, once compiled
+    if data.endswith(_END_PLAIN):
+        text = data[start : len(data) - len(_END_PLAIN)]
+    elif data.endswith(_END_IDS):
+        text = data[start : len(data) - len(_END_IDS)]
+    else:
+        return None
+    if text and text.isprintable() and '"' not in text and "\\" not in text:
+        return text
     return None

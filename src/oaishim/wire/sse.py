@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-_utf8_decode = codecs.utf_8_decode
+_utf8_decode: Final = codecs.utf_8_decode
 
 __all__ = ["DONE", "EventTooLarge", "SSEDecoder", "SSEEvent", "encode_data", "encode_event", "is_done"]
 
@@ -135,8 +135,13 @@ class SSEDecoder:
             raise ValueError("SSEDecoder.feed() called after flush()")
         self.bytes_fed += len(chunk)
         data = self._undecoded + chunk if self._undecoded else chunk
-        text, used = _utf8_decode(data, "replace", False)
-        self._undecoded = data[used:] if used != len(data) else b""
+        try:
+            # the usual read: whole UTF-8, decoded by the one call (a primitive once compiled)
+            text = data.decode("utf-8")
+            self._undecoded = b""
+        except UnicodeDecodeError:  # a character cut at the read's end, or bytes that are not UTF-8
+            text, used = _utf8_decode(data, "replace", False)
+            self._undecoded = data[used:] if used != len(data) else b""
         return self._text(text)
 
     @property
