@@ -67,6 +67,9 @@ Respond = Callable[[int, Headers, bytes], "bytes | None"]
 READ: Final = "oaishim.read"
 
 log: Final = logging.getLogger("oaishim.exchange")
+# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
+_perf: Final = time.perf_counter
+_wall: Final = time.time
 MAX_ID: Final = 128
 _PRINTABLE: Final = frozenset(
     range(0x21, 0x7F)
@@ -142,8 +145,8 @@ class Exchange:
 
     def __init__(self, scope: Scope, streams: StreamCount | None = None) -> None:
         self.streams = streams
-        self.started = time.perf_counter()
-        self.wall = time.time()
+        self.started = _perf()
+        self.wall = _wall()
         self.request_id = request_id_from(scope.get("headers") or [])
         self.peer: Any = scope.get("client")  # (host, port), or None; as text: client()
         self.method: str = scope.get("method", "-")
@@ -253,7 +256,7 @@ class Exchange:
     def sending(self) -> None:
         """The request goes upstream now: what the gateway did so far (reading, validating,
         rewriting) is its own time."""
-        self.added += time.perf_counter() - self.started
+        self.added += _perf() - self.started
 
     def opened(self, status: int) -> None:
         self.upstream_status = status

@@ -36,6 +36,8 @@ from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.headers import retry_headers
 
 log: Final = logging.getLogger("oaishim.relay")
+# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
+_perf: Final = time.perf_counter
 SSE_HEADERS: Final[Headers] = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 DEFAULT_LIMIT: Final = Settings().max_upstream_event_bytes
 
@@ -78,7 +80,7 @@ async def send_answer(
     ``Exchange.answered``), or the OpenAI error it raised. ``upstream_failed``: the backend's own
     error answer is being rewritten, so an error is the backend's, not a fault of its answer."""
     ex = current_exchange()
-    began = time.perf_counter()
+    began = _perf()
     try:
         out = build()
     except OpenAIError as error:
@@ -95,7 +97,7 @@ async def send_answer(
         await send_error(send, failure, extra)
         return
     if ex is not None:
-        ex.answered(ctx, out, time.perf_counter() - began)
+        ex.answered(ctx, out, _perf() - began)
     await send_whole(ex, send, orjson.dumps(out), extra)
 
 

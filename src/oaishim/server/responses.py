@@ -83,6 +83,8 @@ class ChatHost(Protocol):
 
 
 log: Final = logging.getLogger("oaishim.responses")
+# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
+_perf: Final = time.perf_counter
 CHAT_PATH: Final = "/v1/chat/completions"
 
 
@@ -292,7 +294,7 @@ class _Turn:
             relay.fault(error)
             await send_error(send, error, extra)
             return
-        began = time.perf_counter()
+        began = _perf()
         try:
             completion = plain_answer("chat", response.status, raw, ctx)
             body = chat_to_response(
@@ -325,7 +327,7 @@ class _Turn:
             return
         ex = current()
         if ex is not None:
-            ex.answered(ctx, body, time.perf_counter() - began)
+            ex.answered(ctx, body, _perf() - began)
         await relay.send_whole(ex, send, orjson.dumps(body), extra)  # with what it violated (Exchange.answered)
 
     async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
