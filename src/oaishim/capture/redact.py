@@ -207,7 +207,7 @@ def scrub_bytes(data: bytes, needles: tuple[bytes, ...]) -> bytes:
         for needle in needles:
             data = data.replace(needle, _MASK_BYTES)
         return data
-    for needle in needles:  # a bytes-like other than bytes: replace would always copy it
+    for needle in needles:  # a subclass of bytes (or a bytearray, uncompiled): replace would always copy it
         if data.find(needle) != -1:
             data = data.replace(needle, _MASK_BYTES)
     return data
