@@ -44,7 +44,7 @@ from oaishim.server.capture_feed import RemoteRecording
 from oaishim.server.cluster import Cluster
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.dispatch import Dispatch
-from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note
+from oaishim.server.exchange import Exchange, StreamCount, current, name_requests, new_request_id, note, perf
 from oaishim.server.limits import limiter_for
 from oaishim.server.metrics import CONTENT_TYPE, Metrics
 from oaishim.server.recorder import Recorder
@@ -72,8 +72,6 @@ if TYPE_CHECKING:
     from oaishim.server.spans import Spans
 
 log: Final = logging.getLogger("oaishim.gateway")
-# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
-_perf: Final = time.perf_counter
 ENDPOINTS: Final[dict[str, Endpoint]] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
@@ -263,7 +261,7 @@ class Gateway:
         """The request is over: its capture, access log line, metrics and span end."""
         if rec is not None:
             rec.end(profile=ex.profile)  # (the profile a generating request was prepared for: exchange.note)
-        ended = _perf()
+        ended = perf()
         self.access.write(ex, ended)
         self.metrics.observe(ex, ended)
         if ex.trace is not None:

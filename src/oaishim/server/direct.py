@@ -20,16 +20,12 @@ where another wrapper must see each piece: a traced or replayed response has no 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Protocol
 
 from oaishim.server.asgi import Scrubbing
-from oaishim.server.exchange import Exchange
+from oaishim.server.exchange import Exchange, perf
 from oaishim.transform.pipe import StreamPipe
-
-# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
-_perf: Final = time.perf_counter
 
 
 class Attachable(Protocol):
@@ -92,9 +88,9 @@ class Sink:
             return False
         self.taken += 1
         try:
-            began = _perf()
+            began = perf()
             out = self.pipe.feed(piece)
-            self.spent += _perf() - began
+            self.spent += perf() - began
             if out:
                 self.writer.write(out)
         except Exception as failure:  # the pipe never raises; a write might: the relay reports it

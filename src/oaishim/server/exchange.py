@@ -67,8 +67,10 @@ Respond = Callable[[int, Headers, bytes], "bytes | None"]
 READ: Final = "oaishim.read"
 
 log: Final = logging.getLogger("oaishim.exchange")
-# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
-_perf: Final = time.perf_counter
+# The request path's clock (its own module's name, Final: a static read once compiled, in this
+# module and in those that import it, where ``time.perf_counter()`` is a module lookup and an
+# attribute read a call)
+perf: Final = time.perf_counter
 _wall: Final = time.time
 MAX_ID: Final = 128
 _PRINTABLE: Final = frozenset(
@@ -145,7 +147,7 @@ class Exchange:
 
     def __init__(self, scope: Scope, streams: StreamCount | None = None) -> None:
         self.streams = streams
-        self.started = _perf()
+        self.started = perf()
         self.wall = _wall()
         self.request_id = request_id_from(scope.get("headers") or [])
         self.peer: Any = scope.get("client")  # (host, port), or None; as text: client()
@@ -256,7 +258,7 @@ class Exchange:
     def sending(self) -> None:
         """The request goes upstream now: what the gateway did so far (reading, validating,
         rewriting) is its own time."""
-        self.added += _perf() - self.started
+        self.added += perf() - self.started
 
     def opened(self, status: int) -> None:
         self.upstream_status = status

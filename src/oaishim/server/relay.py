@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, cast
 
@@ -24,7 +23,7 @@ import orjson
 from oaishim.server import direct
 from oaishim.server.asgi import Headers, Receive, Send, send_bytes, send_error
 from oaishim.server.config import Settings
-from oaishim.server.exchange import Exchange
+from oaishim.server.exchange import Exchange, perf
 from oaishim.server.exchange import current as current_exchange
 from oaishim.server.seam import UpstreamResponse
 from oaishim.transform.context import ResponseContext
@@ -36,8 +35,6 @@ from oaishim.wire.errors import OpenAIError, upstream_error
 from oaishim.wire.headers import retry_headers
 
 log: Final = logging.getLogger("oaishim.relay")
-# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
-_perf: Final = time.perf_counter
 SSE_HEADERS: Final[Headers] = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 DEFAULT_LIMIT: Final = Settings().max_upstream_event_bytes
 
@@ -80,7 +77,7 @@ async def send_answer(
     ``Exchange.answered``), or the OpenAI error it raised. ``upstream_failed``: the backend's own
     error answer is being rewritten, so an error is the backend's, not a fault of its answer."""
     ex = current_exchange()
-    began = _perf()
+    began = perf()
     try:
         out = build()
     except OpenAIError as error:
@@ -97,7 +94,7 @@ async def send_answer(
         await send_error(send, failure, extra)
         return
     if ex is not None:
-        ex.answered(ctx, out, _perf() - began)
+        ex.answered(ctx, out, perf() - began)
     await send_whole(ex, send, orjson.dumps(out), extra)
 
 
@@ -250,7 +247,6 @@ async def pump(
     ex = current_exchange()
     if ex is not None:
         ex.stream_open()
-    perf = time.perf_counter
     first: float | None = None
     spent = 0.0  # the pipe's own time (the gateway's), without the waits for the upstream and the client
     attach = getattr(response, "attach", None)  # the raw connection's response: pieces can go direct

@@ -35,7 +35,7 @@ from oaishim.server.asgi import Headers, Receive, Scope, Send, header, parse_jso
 from oaishim.server.auth import KeyRing
 from oaishim.server.config import ModelRoute, Settings
 from oaishim.server.dispatch import Dispatch
-from oaishim.server.exchange import current, note
+from oaishim.server.exchange import current, note, perf
 from oaishim.server.seam import Upstream, UpstreamResponse
 from oaishim.server.store import ResponseStore, tenant
 from oaishim.state import Record, StoreError
@@ -83,8 +83,6 @@ class ChatHost(Protocol):
 
 
 log: Final = logging.getLogger("oaishim.responses")
-# Final: a static once compiled, where ``time.perf_counter`` is a module lookup and an attribute read a call
-_perf: Final = time.perf_counter
 CHAT_PATH: Final = "/v1/chat/completions"
 
 
@@ -294,7 +292,7 @@ class _Turn:
             relay.fault(error)
             await send_error(send, error, extra)
             return
-        began = _perf()
+        began = perf()
         try:
             completion = plain_answer("chat", response.status, raw, ctx)
             body = chat_to_response(
@@ -327,7 +325,7 @@ class _Turn:
             return
         ex = current()
         if ex is not None:
-            ex.answered(ctx, body, _perf() - began)
+            ex.answered(ctx, body, perf() - began)
         await relay.send_whole(ex, send, orjson.dumps(body), extra)  # with what it violated (Exchange.answered)
 
     async def stream(self, response: UpstreamResponse, ctx: ResponseContext, send: Send, extra: Headers) -> None:
