@@ -10,6 +10,10 @@ counts per request and per chunk (bench/callgrind.py) are added, beside the stor
 from the same round; the result is the median over rounds, with the min and max as the spread.
 
     .venv/bin/python bench/compare.py [--rounds 3] [--label before] [--paths direct,oaishim]
+
+``--python PY`` runs the gateway (its paths, its instruction counts and its pure work) on another
+interpreter: a venv of PY is made once under ``~/.cache/oaishim/bench-python/`` with this checkout
+and the same versions of its dependencies as this checkout's venv, and the core is compiled for it.
 """
 
 from __future__ import annotations
@@ -336,7 +340,7 @@ class Bench:
         """Instructions per plain request and per chunk (bench/callgrind.py), once per run."""
         if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
             return None
-        argv = [PY, str(BENCH / "callgrind.py"), "--label", self.args.label or "run"]
+        argv = [paths.gateway_python(), str(BENCH / "callgrind.py"), "--label", self.args.label or "run"]
         if src is not None:
             argv += ["--src", str(src)]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
@@ -444,7 +448,9 @@ class Bench:
         env = {**os.environ}
         if src is not None:
             env["PYTHONPATH"] = str(src)
-        out = subprocess.run([PY, str(BENCH / "micro.py")], capture_output=True, text=True, check=True, env=env)
+        out = subprocess.run(
+            [paths.gateway_python(), str(BENCH / "micro.py")], capture_output=True, text=True, check=True, env=env
+        )
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -475,6 +481,7 @@ def _versions() -> dict[str, str]:
     return {
         "oaishim": git,
         "python": sys.version.split()[0],
+        "gateway_python": _interpreter(paths.gateway_python()),
         "nginx": cmd("nginx", "-v"),
         "wrk": _first_line("wrk", "-v"),
         "litellm": cmd(
@@ -483,18 +490,67 @@ def _versions() -> dict[str, str]:
     }
 
 
-def compiled_source() -> Path | None:
-    """This checkout's ``src`` with its core compiled (hatch_build.py: what a wheel installs), or
-    None (measured as Python then) when mypyc or the compiler fails."""
-    sys.path.insert(0, str(ROOT))
-    import hatch_build
+def _interpreter(python: str) -> str:
+    """What the gateway's interpreter is: its version, its executable, and whether that executable
+    loads libpython as a shared library (pyenv's default build; an executable linked with it, as
+    Debian's is, calls the C API directly rather than through the library's indirections) and was
+    configured with ``--enable-optimizations`` (a distribution may optimise by its own rules)."""
+    probe = (
+        "import sys, sysconfig as s;"
+        "shared = any('libpython' in line for line in open('/proc/self/maps'));"
+        "opt = '--enable-optimizations' in (s.get_config_var('CONFIG_ARGS') or '');"
+        "link = 'libpython shared' if shared else 'libpython linked in';"
+        "conf = 'with' if opt else 'without';"
+        "print(f'{sys.version.split()[0]} {sys._base_executable} ({link}, configured {conf} --enable-optimizations)')"
+    )
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False, timeout=30)
+    return done.stdout.strip() or f"? ({python})"
 
-    print("bench: compiling the core (mypyc, cached under build/compiled-core/)", file=sys.stderr, flush=True)
+
+def gateway_venv(python: Path) -> Path:
+    """A venv of ``python`` with this checkout installed (editable) and its dependencies at the
+    versions this checkout's venv has, made once under ``~/.cache/oaishim/bench-python/``; its
+    interpreter."""
+    real = python.resolve()
+    version = subprocess.run(
+        [str(real), "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
+    ).stdout
+    import hashlib
+
+    key = hashlib.sha256(f"{real}\n{version}".encode()).hexdigest()[:12]
+    venv = Path.home() / ".cache/oaishim/bench-python" / key
+    py = venv / "bin/python"
+    ready = venv / ".oaishim-ready"
+    if ready.exists() and ready.read_text() == str(ROOT):
+        return py
+    print(f"bench: making a venv of {real} for the gateway ({venv}, once)", file=sys.stderr, flush=True)
+    subprocess.run([str(real), "-m", "venv", "--clear", str(venv)], check=True)
+    pins = subprocess.run(
+        [PY, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True, check=True
+    ).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
+        constraints.write(pins)
     try:
-        return hatch_build.compiled_copy(ROOT / "src", ROOT / "build" / "compiled-core")
-    except (OSError, subprocess.CalledProcessError) as err:
-        print(f"bench: the core could not be compiled; measuring it as Python ({err})", file=sys.stderr)
+        pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints.name]
+        subprocess.run([*pip, "-e", str(ROOT), "mypy", "setuptools"], check=True)  # mypy, setuptools: mypyc
+    finally:
+        os.unlink(constraints.name)
+    ready.write_text(str(ROOT))
+    return py
+
+
+def compiled_source() -> Path | None:
+    """This checkout's ``src`` with its core compiled for the gateway's interpreter (hatch_build.py:
+    what a wheel installs), or None (measured as Python then) when mypyc or the compiler fails."""
+    print("bench: compiling the core (mypyc, cached under build/compiled-core/)", file=sys.stderr, flush=True)
+    done = subprocess.run(
+        [paths.gateway_python(), str(ROOT / "hatch_build.py")], capture_output=True, text=True, check=False
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        print(f"bench: the core could not be compiled; measuring it as Python ({done.stderr[-500:]})", file=sys.stderr)
         return None
+    return Path(lines[-1])
 
 
 def main() -> None:
@@ -518,6 +574,11 @@ def main() -> None:
         action="store_true",
         help="run this checkout's oaishim as Python (default: its core compiled, as a wheel)",
     )
+    parser.add_argument(
+        "--python",
+        type=Path,
+        help="run the gateway on this interpreter (a venv of it is made once; default: this checkout's venv)",
+    )
     parser.add_argument("--label", default="", help="a name for the dated copy (before, after, …)")
     parser.add_argument(
         "--capture-pairs",
@@ -532,6 +593,8 @@ def main() -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="time each phase")
     parser.add_argument("--no-readme", action="store_true", help="leave the table in bench/README.md alone")
     args = parser.parse_args()
+    if args.python is not None:
+        os.environ["OAISHIM_BENCH_PYTHON"] = str(gateway_venv(args.python))  # (paths.gateway_python)
     args.build = "given" if args.oaishim_src is not None else "pure" if args.pure else "compiled"
     if args.oaishim_src is not None:
         args.oaishim_src = paths.source_folder(args.oaishim_src)

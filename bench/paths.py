@@ -11,6 +11,9 @@
 * ``oaishim_poll``: the same with ``--idle-poll-us N`` (N = ``OAISHIM_BENCH_IDLE_POLL_US``, 200 by
   default): the loop polls that long after a read before it sleeps, CPU traded for latency.
 * ``litellm``: the LiteLLM proxy from its own venv, a ``hosted_vllm/`` route, a master key.
+
+The gateway's paths run on this checkout's venv, or on the interpreter ``OAISHIM_BENCH_PYTHON``
+names (``bench/run --python``: a venv of another interpreter with this checkout installed).
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ class Launch:
     cwd: Path
 
 
+def gateway_python() -> str:
+    """The interpreter the gateway's paths run on (see the module)."""
+    return os.environ.get("OAISHIM_BENCH_PYTHON") or str(ROOT / ".venv/bin/python")
+
+
 def unavailable(name: str, sources: dict[str, Path]) -> str | None:
     """Why this path cannot run here, or None."""
     if name == "nginx" and not shutil.which("nginx", path="/usr/sbin:/usr/bin:" + os.environ.get("PATH", "")):
@@ -61,7 +69,7 @@ def capture_supported(oaishim_src: Path | None = None) -> bool:
 def serve_has(flag: str, oaishim_src: Path | None = None) -> bool:
     env = {**os.environ, "PYTHONPATH": str(oaishim_src)} if oaishim_src is not None else None
     out = subprocess.run(
-        [str(ROOT / ".venv/bin/python"), "-m", "oaishim", "serve", "--help"],
+        [gateway_python(), "-m", "oaishim", "serve", "--help"],
         capture_output=True,
         text=True,
         check=False,
@@ -80,14 +88,14 @@ def source_folder(path: Path) -> Path:
 
 def launch(name: str, upstream: str, port: int, tmp: Path, sources: dict[str, Path]) -> Launch:
     """How to start ``name``. ``sources`` maps a path to another copy of oaishim's source (a ``src``
-    folder, e.g. from ``git archive``) run on this checkout's venv, for before/after comparisons;
+    folder, e.g. from ``git archive``) run on the gateway's interpreter, for before/after comparisons;
     ``oaishim_before`` is ``oaishim`` from such a copy, measured in the same rounds."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if name in OAISHIM_PATHS:
         if name in sources:
             env["PYTHONPATH"] = str(sources[name])  # ahead of the venv's editable install
         argv = [
-            str(ROOT / ".venv/bin/python"), "-m", "oaishim", "serve", "--upstream", upstream, "--profile", "vllm",
+            gateway_python(), "-m", "oaishim", "serve", "--upstream", upstream, "--profile", "vllm",
             "--served-model-name", "bench", "--api-key", KEY, "--port", str(port), "--log-level", "warning",
         ]  # fmt: skip
         if name == "oaishim_capture":

@@ -289,7 +289,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{meta['wall_s']:.0f} s on {meta['cpus']} × {meta['cpu_model']}; 1-min load average before and after "
         f"each round: {load}. oaishim {v['oaishim']}{BUILDS.get(meta.get('oaishim_build', ''), '')}, {v['nginx']}, "
         f"LiteLLM {v['litellm']}, {v['wrk']}, "
-        f"Python {v['python']}.",
+        f"Python {v['python']}"
+        + (f"; the gateway on Python {v['gateway_python']}." if v.get("gateway_python") else "."),
     ]
     return "\n".join(lines) + "\n"
 
