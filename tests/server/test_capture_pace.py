@@ -266,7 +266,7 @@ def test_the_memory_a_built_backlog_held_goes_back_to_the_system() -> None:
     assert int(after) < 60 * MIB
 
 
-def test_the_writer_is_idle_while_it_keeps_pace_and_takes_its_share_when_behind() -> None:
+def test_the_writer_builds_in_the_idle_class_reads_outside_it_and_leaves_it_when_behind() -> None:
     calls: list[bool] = []
     allowed = [True]
 
@@ -274,18 +274,28 @@ def test_the_writer_is_idle_while_it_keeps_pace_and_takes_its_share_when_behind(
         calls.append(idle)
         return allowed[0]
 
-    priority = Priority(set_idle)
+    priority = Priority(set_idle, can_leave_idle=True)
+    assert not priority.idle and calls == []  # it starts reading, at its nice value
+    priority.read()
+    assert calls == []  # no switch where none is needed
+    priority.build()
     assert priority.idle and calls == [True]
-    priority.follow(False)
-    assert priority.idle and calls == [True]
-    priority.follow(True)
+    priority.build()
+    assert calls == [True]  # records built one after another: no switch between them
+    priority.read()
     assert not priority.idle and calls == [True, False]
+    priority.build()
+    priority.follow(True)  # behind: out of the idle class at once
+    assert not priority.idle and calls == [True, False, True, False] and priority.switches == 1
+    priority.build()
+    priority.read()
     priority.follow(True)
-    assert calls == [True, False]  # no switch per record
+    assert calls == [True, False, True, False] and priority.switches == 1  # builds at nice 10 while behind
     priority.follow(False)
-    assert priority.idle and calls == [True, False, True]
+    priority.build()
+    assert priority.idle and calls[-1] is True
     allowed[0] = False  # the kernel refuses the switch: the writer says what it really is
-    priority.follow(True)
+    priority.read()
     assert priority.idle and calls[-1] is False
 
 
@@ -293,20 +303,25 @@ def test_a_stopping_writer_leaves_the_idle_class_and_says_it_is_stopping_not_beh
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     calls: list[bool] = []
-    priority = Priority(lambda idle: calls.append(idle) or True)
+    priority = Priority(lambda idle: calls.append(idle) or True, can_leave_idle=True)
+    priority.build()
     with caplog.at_level("INFO", logger="oaishim.capture"):
         priority.follow(False, stopping=True)
         assert not priority.idle and calls == [True, False]
+        priority.build()
         priority.follow(False, stopping=True)
         assert calls == [True, False]  # stays out of the idle class until it exits
     assert "stopping" in caplog.text and "behind" not in caplog.text
 
 
-def test_a_writer_that_cannot_enter_the_idle_class_stays_at_its_nice_value() -> None:
-    priority = Priority(lambda idle: False)
+def test_a_writer_that_could_not_leave_the_idle_class_never_enters_it() -> None:
+    calls: list[bool] = []
+    priority = Priority(lambda idle: calls.append(idle) or True, can_leave_idle=False)
+    priority.build()
     priority.follow(True)
     priority.follow(False)
-    assert not priority.idle and priority.switches == 0
+    priority.build()
+    assert not priority.idle and calls == []
 
 
 def test_the_writer_keeps_to_the_last_core_it_may_use() -> None:

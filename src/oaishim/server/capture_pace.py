@@ -180,39 +180,56 @@ class Pace:
 
 
 class Priority:
-    """The writer's CPU priority: the idle class while it keeps pace, so a serving process that
-    wakes always takes the core at once (at nice 10 alone, a burst of records held a core for
-    milliseconds at a time: the c1 p99 went from 1.3 to 3 ms); nice 10 while it is behind, so a
-    gateway that keeps every core busy does not starve it into dropping exchanges. Where the idle
-    class could not be left again (an unprivileged user whose RLIMIT_NICE does not allow nice 10,
-    see sched(7)), it stays at nice 10.
+    """The writer's CPU priority, by what it does:
 
-    In the idle class it also keeps to one core (the last it may use; :func:`one_core`): left free,
-    the kernel moves it to whichever core the serving chain has just left, where the chain's next
-    wake-up finds it (on two cores, capture on's c1 p97 came down by 50–150 µs, the p99 by 50–170,
-    bench/results/2026-12-05T2035-capture-one-core.md). Behind, it may use every core again."""
+    * **building a record on time**: the idle class, so a serving process that wakes always takes
+      the core at once (at nice 10, a burst of records held a core for milliseconds at a time: the
+      c1 p99 went from 1.3 to 3 ms), and on one core (the last it may use; :func:`one_core`): left
+      free, the kernel moved it to whichever core the serving chain had just left, where the chain's
+      next wake-up found it (on two cores, capture on's c1 p97 came down by 50–150 µs, the p99 by
+      50–170, bench/results/2026-12-05T2035-capture-one-core.md);
+    * **reading frames, and waiting for them**: nice 10 in the normal class, on every core. In the
+      idle class a core kept busy by a serving process left it about 0.3 % of its time, too little
+      to read what the workers sent; their queues filled and dropped what followed (13,129 of 17,729
+      Responses exchanges at c32 with the serving process on the writer's core; 2,816 in one round
+      of ``bench/run``). Reading a frame costs a few microseconds: a small share of any core keeps up;
+    * **behind, or stopping**: nice 10 on every core, reading and building alike, so a gateway that
+      keeps every core busy does not starve it into dropping exchanges, and what is held is built
+      before the exit.
 
-    def __init__(self, set_idle: Callable[[bool], bool] | None = None) -> None:
+    Where the idle class could not be left again (an unprivileged user whose RLIMIT_NICE does not
+    allow nice 10, see sched(7)), it is never entered: everything runs at nice 10."""
+
+    def __init__(self, set_idle: Callable[[bool], bool] | None = None, can_leave_idle: bool | None = None) -> None:
         self._set = set_idle or _Scheduler().set_idle
-        self.idle = False
-        self.switches = 0
-        if (set_idle is not None or _can_leave_idle()) and self._set(True):
+        self.can_idle = _can_leave_idle() if can_leave_idle is None else can_leave_idle
+        self.idle = False  # in the idle class now
+        self.busy = False  # behind or stopping
+        self.switches = 0  # times it fell behind
+
+    def build(self) -> None:
+        """A record is about to be built: in the idle class, unless behind or stopping."""
+        if not self.idle and not self.busy and self.can_idle and self._set(True):
             self.idle = True
+
+    def read(self) -> None:
+        """The writer is about to read or wait for frames: in the normal class."""
+        if self.idle and self._set(False):
+            self.idle = False
 
     def follow(self, behind: bool, stopping: bool = False) -> None:
-        """Take the priority that fits: nice 10 when behind (or ``stopping``: what is held is built
-        before the exit), the idle class again once it is not."""
+        """Behind (or ``stopping``: what is held is built before the exit), everything runs at nice
+        10 until it is not."""
         busy = behind or stopping
-        if self.idle and busy:
-            if self._set(False):
-                self.idle = False
-                self.switches += 1
-                if behind:
-                    log.info("capture: the writer is behind; it takes its share of the cores until it catches up")
-                else:
-                    log.info("capture: stopping; the writer builds what it holds at its share of the cores")
-        elif not self.idle and not busy and self.switches and self._set(True):
-            self.idle = True
+        if busy and not self.busy:
+            self.switches += 1
+            if behind:
+                log.info("capture: the writer is behind; it takes its share of the cores until it catches up")
+            else:
+                log.info("capture: stopping; the writer builds what it holds at its share of the cores")
+        self.busy = busy
+        if busy:
+            self.read()
 
 
 def one_core(cpus: set[int]) -> set[int]:

@@ -137,6 +137,7 @@ def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> i
     dirty = False  # built or counted since the last commit
     committed = time.monotonic()
     while True:
+        priority.read()  # (from the idle class a busy core would leave it too little time to read: capture_pace)
         for key, _ in selector.select(timeout=0 if stopping.is_set() and backlog else pace.wait(backlog)):
             sock = key.fileobj
             assert isinstance(sock, socket.socket)
@@ -171,6 +172,7 @@ def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> i
             # quiet: the record is checked whatever the budget (not while stopping: the stop's
             # wait is for writing what is held, not for checking it)
             budget.free = deadline is None and pace.quiet()
+            priority.build()
             started = time.perf_counter()
             writer.write(decode(backlog.take()))
             pace.built(time.perf_counter() - started)
