@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import http.client
 import json
 import os
@@ -164,6 +165,29 @@ class Running:
             self.proc.wait()
 
 
+def start_path(name: str, upstream: str, sources: dict[str, Path], folder: Path) -> Running:
+    """Start ``name`` (``paths.launch``; its log in a folder of its own under ``folder``) and wait
+    until it answers: ready is the first proxied chat completion answered 200."""
+    if name == "direct":
+        return Running(name, upstream + "/v1/chat/completions", None, None)
+    port = free_port()
+    tmp = Path(tempfile.mkdtemp(prefix=name + "-", dir=folder))
+    spec = paths.launch(name, upstream, port, tmp, sources)
+    log = open(tmp / "log", "wb")  # noqa: SIM115  (closed with the directory)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    probe = request_body(4, False)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=log, stderr=log, start_new_session=True)
+    while True:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            if post(url, probe, timeout=2) == 200:
+                break
+        if proc.poll() is not None or time.perf_counter() - t0 > 180:
+            raise RuntimeError(f"{name} did not start; see {tmp / 'log'}: {(tmp / 'log').read_text()[-2000:]}")
+        time.sleep(0.01)
+    return Running(name, url, proc, time.perf_counter() - t0)
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -193,24 +217,7 @@ class Bench:
         post(self.upstream + "/_bench/release", b"{}")
 
     def start(self, name: str) -> Running:
-        if name == "direct":
-            return Running(name, self.upstream + "/v1/chat/completions", None, None)
-        port = free_port()
-        tmp = Path(tempfile.mkdtemp(prefix=name + "-", dir=self.tmp))
-        spec = paths.launch(name, self.upstream, port, tmp, self.sources)
-        log = open(tmp / "log", "wb")  # noqa: SIM115  (closed with the directory)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        probe = request_body(4, False)
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=log, stderr=log, start_new_session=True)
-        while True:  # ready = the first proxied chat completion answered 200
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                if post(url, probe, timeout=2) == 200:
-                    break
-            if proc.poll() is not None or time.perf_counter() - t0 > 180:
-                raise RuntimeError(f"{name} did not start; see {tmp / 'log'}: {(tmp / 'log').read_text()[-2000:]}")
-            time.sleep(0.01)
-        return Running(name, url, proc, time.perf_counter() - t0)
+        return start_path(name, self.upstream, self.sources, self.tmp)
 
     # -- load ------------------------------------------------------------------------------------
     def loadgen(self, *argv: str) -> dict[str, Any]:
@@ -515,8 +522,6 @@ def gateway_venv(python: Path) -> Path:
     version = subprocess.run(
         [str(real), "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
     ).stdout
-    import hashlib
-
     key = hashlib.sha256(f"{real}\n{version}".encode()).hexdigest()[:12]
     venv = Path.home() / ".cache/oaishim/bench-python" / key
     py = venv / "bin/python"

@@ -4,7 +4,7 @@
 moves by more than some of what an interpreter changes. Here each round starts ``oaishim serve``
 (one worker, the vLLM profile, as ``bench/run``'s ``oaishim`` path) on each interpreter in turn,
 each with the core compiled for it, and measures wrk's c1 and c32 latency (whole, not added: the
-direct path is the same for all) and the serving process's CPU a plain request at c32.
+direct path is the same for all) and the gateway's CPU a plain request at c32 (as ``bench/run`` counts it).
 
     .venv/bin/python bench/interpreters.py /usr/bin/python3.11 [.venv/bin/python ...] [--rounds 8]
 
@@ -14,21 +14,17 @@ Each interpreter gets the venv ``bench/run --python`` makes (this checkout's ven
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paths
-import procstat
-from compare import PY, compiled_source, free_port, gateway_venv, post, request_body, settle, wrk
+from compare import PY, compiled_source, free_port, gateway_venv, start_path, with_cpu, wrk
 
 
 def prepare(python: Path) -> tuple[str, Path]:
@@ -42,31 +38,16 @@ def prepare(python: Path) -> tuple[str, Path]:
 
 
 def measure(upstream: str, venv: str, core: Path, seconds: float) -> dict[str, float]:
-    os.environ["OAISHIM_BENCH_PYTHON"] = venv
-    port, tmp = free_port(), Path(tempfile.mkdtemp(prefix="oaishim-interp-"))
-    spec = paths.launch("oaishim", upstream, port, tmp, {"oaishim": core})
-    proc = subprocess.Popen(spec.argv, env=spec.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.environ["OAISHIM_BENCH_PYTHON"] = venv  # (paths.launch runs the gateway on it)
+    run = start_path("oaishim", upstream, {"oaishim": core}, Path(tempfile.mkdtemp(prefix="oaishim-interp-")))
     try:
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                if post(url, request_body(4, False), timeout=2) == 200:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"the gateway on {venv} did not start")
-            time.sleep(0.05)
-        wrk(url, 32, 1)  # warm
-        settle(lambda: procstat.tree(proc.pid))
-        c1 = wrk(url, 1, seconds)
-        before = procstat.cpu_seconds([proc.pid])
-        c32 = wrk(url, 32, seconds)
-        cpu = (procstat.cpu_seconds([proc.pid]) - before) / c32["requests"] * 1e6
+        wrk(run.url, 32, 1)  # warm
+        c1 = wrk(run.url, 1, seconds)
+        c32 = with_cpu(run.pids, False, wrk, run.url, 32, seconds)
         return {"c1_p50_us": c1["p50_us"], "c1_p99_us": c1["p99_us"], "c32_p50_us": c32["p50_us"],
-                "c32_p99_us": c32["p99_us"], "cpu_us_per_request": cpu}  # fmt: skip
+                "c32_p99_us": c32["p99_us"], "cpu_us_per_request": c32["cpu_s"] / c32["requests"] * 1e6}  # fmt: skip
     finally:
-        proc.terminate()
-        proc.wait(30)
+        run.stop()
 
 
 def main() -> None:
