@@ -14,6 +14,7 @@ import pytest
 from oaishim.server.capture_feed import RemoteWriter
 from oaishim.server.capture_pace import (
     BACKLOG_MIN,
+    IDLE_BUILD_BYTES,
     MIB,
     RELEASE_AFTER,
     Backlog,
@@ -297,6 +298,19 @@ def test_the_writer_builds_in_the_idle_class_reads_outside_it_and_leaves_it_when
     allowed[0] = False  # the kernel refuses the switch: the writer says what it really is
     priority.read()
     assert priority.idle and calls[-1] is False
+
+
+def test_a_long_record_is_built_at_nice_10_and_the_next_short_one_in_the_idle_class_again() -> None:
+    calls: list[bool] = []
+    priority = Priority(lambda idle: calls.append(idle) or True, can_leave_idle=True)
+    priority.build(IDLE_BUILD_BYTES)
+    assert priority.idle and calls == [True]  # up to the bound: the idle class
+    priority.build(IDLE_BUILD_BYTES + 1)
+    assert not priority.idle and calls == [True, False]  # past it: out of the idle class for this one
+    priority.build(IDLE_BUILD_BYTES + 1)
+    assert calls == [True, False]
+    priority.build(100)
+    assert priority.idle and calls == [True, False, True]
 
 
 def test_a_stopping_writer_leaves_the_idle_class_and_says_it_is_stopping_not_behind(

@@ -285,6 +285,14 @@ def test_every_exchange_is_in_the_capture_after_sigterm(tmp_path: Path, backend:
     assert all(r["client"]["response"]["complete"] and r["error"] is None for r in chats)
 
 
+# A busy loop on the writer's building core while the sender has the others: a test run beside
+# others (pytest -n) has no core left free for the sender and the writer, and proves nothing
+STARVING = pytest.mark.skipif(
+    not hasattr(os, "SCHED_IDLE")
+    or len(os.sched_getaffinity(0)) < 2
+    or int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1,
+    reason="needs Linux, 2 cores, and no other test running beside it",
+)
 STARVED_WRITER = """
 import asyncio, os, subprocess, sys, time
 from pathlib import Path
@@ -295,6 +303,7 @@ from oaishim.server.capture_process import CaptureProcess
 from oaishim.server.config import build_settings
 
 folder, count, per_tick = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+big, send_buffer = int(sys.argv[4]), int(sys.argv[5])  # a long stream's chunks, sent first (0: none)
 writer = CaptureProcess(build_settings(upstream="http://127.0.0.1:9", capture=folder / "capture"), folder / "sock")
 writer.start()
 cores = sorted(os.sched_getaffinity(0))
@@ -314,14 +323,27 @@ def exchange(i: int) -> RawExchange:
     return raw
 
 
+def stream(chunks: int) -> RawExchange:
+    t = time.perf_counter_ns()
+    raw = RawExchange(t, time.time(), "gateway")
+    raw.client_request = RawRequest(t, "POST", "/v1/chat/completions", [(b"host", b"x")], [b'{"stream":true}'])
+    chunk = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"a"}}]}\\n\\n'
+    pieces = [(t + 2 + k, chunk) for k in range(chunks)] + [(t + chunks + 2, b"data: [DONE]\\n\\n")]
+    raw.client_response = RawResponse(t + 1, 200, [(b"content-type", b"text/event-stream")], pieces, True)
+    raw.end_ns = t + chunks + 3
+    return raw
+
+
 async def send(sender: RemoteWriter) -> None:
+    if big:
+        sender.submit(stream(big))
     for i in range(count):
         sender.submit(exchange(i))
         if i % per_tick == per_tick - 1:
             await asyncio.sleep(0.005)
 
 
-sender = RemoteWriter(folder / "sock").start()
+sender = RemoteWriter(folder / "sock", send_buffer=send_buffer).start()
 try:
     asyncio.run(send(sender))
     sender.close()
@@ -332,20 +354,36 @@ print(sender.dropped, len(list(CaptureReader(folder / "capture").records())), co
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux, 2 cores")
+def starved_writer(folder: Path, count: int, per_tick: int, big: int, send_buffer: int) -> tuple[tuple[int, ...], str]:
+    """``STARVED_WRITER``'s counts (dropped, written, the writer's exit status), and its log's end."""
+    argv = [str(folder), str(count), str(per_tick), str(big), str(send_buffer)]
+    done = subprocess.run(
+        [sys.executable, "-c", STARVED_WRITER, *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tuple(map(int, done.stdout.split())), done.stderr[-2000:]
+
+
+@STARVING
 def test_a_writer_whose_core_is_kept_busy_still_reads_every_frame(tmp_path: Path) -> None:
     """The writer builds in the idle class on one core, but reads outside it (``capture_pace.Priority``).
     With that core kept busy at nice 0 (a serving process can land there), the idle class left it
     about 0.3 % of the core, too little to read 4,000 exchanges a second, and the sender dropped
     half of 6,000 (3,039 and 3,060 in two runs before the change). A busy loop pinned to the core
     is the load; the sender runs on the other cores, in a process of its own (it pins itself)."""
-    done = subprocess.run(
-        [sys.executable, "-c", STARVED_WRITER, str(tmp_path), "6000", "20"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    dropped, written, code = map(int, done.stdout.split())
-    assert (dropped, written, code) == (0, 6000, 0), done.stderr[-2000:]
+    counts, log = starved_writer(tmp_path, 6000, 20, 0, 4 << 20)
+    assert counts == (0, 6000, 0), log  # dropped, written, the writer's exit status
+
+
+@STARVING
+def test_a_long_record_is_not_left_to_the_idle_class_on_a_busy_core(tmp_path: Path) -> None:
+    """The writer reads nothing while it builds, and in the idle class on a core kept busy a record
+    takes hundreds of times its CPU time: a stream of 4,000 chunks (about 40 ms) took 15.8 s, and
+    with a small socket buffer (16 KiB: the worker's queue of 1,024 is what holds the frames) the
+    2,000 exchanges sent at 2,000 a second after it were nearly all dropped (1,992). A payload over
+    ``IDLE_BUILD_BYTES`` is built at nice 10, on every core (``capture_pace.Priority``)."""
+    counts, log = starved_writer(tmp_path, 2000, 10, 4000, 16 << 10)
+    assert counts == (0, 2001, 0), log
 
 
 def chat_entries(folder: Path, want: int, within: float) -> list[dict[str, Any]]:

@@ -49,6 +49,9 @@ WRITER_NICE = 10  # a lower CPU priority than the serving processes'
 MIB = 1 << 20
 BACKLOG_MIN, BACKLOG_MAX = 256 * MIB, 2048 * MIB  # the default bound's range (backlog_bytes_for)
 RELEASE_AFTER = 16 * MIB  # a backlog that held this much gives its memory back once it is built
+# a frame's payload built in the idle class at most (about 0.6 ms of building here): a longer one is
+# built at nice 10, as a long record slowed down in the idle class holds up the reading (Priority)
+IDLE_BUILD_BYTES = 8 << 10
 
 
 def backlog_bytes_for(memory: int | None) -> int:
@@ -193,6 +196,12 @@ class Priority:
       to read what the workers sent; their queues filled and dropped what followed (13,129 of 17,729
       Responses exchanges at c32 with the serving process on the writer's core; 2,816 in one round
       of ``bench/run``). Reading a frame costs a few microseconds: a small share of any core keeps up;
+    * **building a long record** (a payload over ``IDLE_BUILD_BYTES``: a stream of some forty chunks
+      or more): nice 10 on every core, as reading. The process reads nothing while it builds, and in
+      the idle class on a core kept busy at nice 0 a record takes about 360 times its CPU time: a
+      4,000-chunk stream's (44 ms) took 15.8 s, and the frames behind it waited until the workers'
+      queues were full (1,992 of 2,000 exchanges dropped in ``test_workers``' case). A record up to
+      the bound, so slowed, holds the frames for about a quarter of a second;
     * **behind, or stopping**: nice 10 on every core, reading and building alike, so a gateway that
       keeps every core busy does not starve it into dropping exchanges, and what is held is built
       before the exit.
@@ -207,9 +216,12 @@ class Priority:
         self.busy = False  # behind or stopping
         self.switches = 0  # times it fell behind
 
-    def build(self) -> None:
-        """A record is about to be built: in the idle class, unless behind or stopping."""
-        if not self.idle and not self.busy and self.can_idle and self._set(True):
+    def build(self, size: int = 0) -> None:
+        """A record is about to be built from a payload of ``size`` bytes: in the idle class, unless
+        behind or stopping, or the payload is longer than ``IDLE_BUILD_BYTES`` (then at nice 10)."""
+        if size > IDLE_BUILD_BYTES:
+            self.read()
+        elif not self.idle and not self.busy and self.can_idle and self._set(True):
             self.idle = True
 
     def read(self) -> None:

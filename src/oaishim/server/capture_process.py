@@ -172,9 +172,10 @@ def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> i
             # quiet: the record is checked whatever the budget (not while stopping: the stop's
             # wait is for writing what is held, not for checking it)
             budget.free = deadline is None and pace.quiet()
-            priority.build()
+            payload = backlog.take()
+            priority.build(len(payload))
             started = time.perf_counter()
-            writer.write(decode(backlog.take()))
+            writer.write(decode(payload))
             pace.built(time.perf_counter() - started)
             dirty = True
         if backlog.drained():
