@@ -49,7 +49,7 @@ WRITER_NICE = 10  # a lower CPU priority than the serving processes'
 MIB = 1 << 20
 BACKLOG_MIN, BACKLOG_MAX = 256 * MIB, 2048 * MIB  # the default bound's range (backlog_bytes_for)
 RELEASE_AFTER = 16 * MIB  # a backlog that held this much gives its memory back once it is built
-# a frame's payload built in the idle class at most (about 0.6 ms of building here): a longer one is
+# a frame's payload built in the idle class at most (under a millisecond of building here): a longer one is
 # built at nice 10, as a long record slowed down in the idle class holds up the reading (Priority)
 IDLE_BUILD_BYTES = 8 << 10
 
@@ -196,12 +196,13 @@ class Priority:
       to read what the workers sent; their queues filled and dropped what followed (13,129 of 17,729
       Responses exchanges at c32 with the serving process on the writer's core; 2,816 in one round
       of ``bench/run``). Reading a frame costs a few microseconds: a small share of any core keeps up;
-    * **building a long record** (a payload over ``IDLE_BUILD_BYTES``: a stream of some forty chunks
-      or more): nice 10 on every core, as reading. The process reads nothing while it builds, and in
-      the idle class on a core kept busy at nice 0 a record takes about 360 times its CPU time: a
-      4,000-chunk stream's (44 ms) took 15.8 s, and the frames behind it waited until the workers'
-      queues were full (1,992 of 2,000 exchanges dropped in ``test_workers``' case). A record up to
-      the bound, so slowed, holds the frames for about a quarter of a second;
+    * **building a long record** (a payload over ``IDLE_BUILD_BYTES``: a stream of some fifteen
+      chunks or more through the gateway): nice 10 on every core, as reading. The process reads
+      nothing while it builds, and in the idle class on a core kept busy at nice 0 a record takes
+      about 360 times its CPU time: a 4,000-chunk stream's (44 ms) took 15.8 s, and the frames
+      behind it waited until the workers' queues were full (1,992 of 2,000 exchanges dropped in
+      ``test_workers``' case). A record up to the bound, so slowed, holds the frames for about a
+      quarter of a second;
     * **behind, or stopping**: nice 10 on every core, reading and building alike, so a gateway that
       keeps every core busy does not starve it into dropping exchanges, and what is held is built
       before the exit.
