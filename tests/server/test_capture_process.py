@@ -278,6 +278,37 @@ def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
     assert [dropped for dropped, _ in got] == [0, 0, 3]
 
 
+def test_the_queue_is_bounded_in_bytes_too_and_a_lone_frame_of_any_size_is_taken(
+    tmp_path: Path, sink: socket.socket
+) -> None:
+    """Long streams' frames: the bytes held bound the queue before the count does; a frame larger
+    than the bound is still taken when nothing waits (else such an exchange could never be
+    captured), and what was held goes out whole, in order, with the count of what was not."""
+    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=100, queue_bytes=250_000, interval=0.05).start()
+    conn, _ = sink.accept()
+    big = [exchange(0, 400_000), exchange(1, 100_000), exchange(2, 100_000), exchange(3, 100_000)]
+
+    async def serve() -> tuple[list[bool], int]:
+        first = writer.submit(big[0])  # alone, over the bound: taken
+        held = writer.held_bytes
+        await asyncio.sleep(0.2)  # handed to the reader's side: nothing held
+        results = [first, *(writer.submit(raw) for raw in big[1:])]  # 100 kB each against 250 kB
+        await asyncio.sleep(0.2)
+        return results, held
+
+    got: list[tuple[int, RawExchange | None]] = []
+    reader = threading.Thread(target=lambda: got.extend(readframes(conn, 4)))
+    reader.start()
+    results, held = asyncio.run(serve())
+    reader.join(10)
+    writer.close()
+    assert held > 400_000
+    assert results == [True, True, True, False]
+    assert writer.dropped == 1 and writer.held == writer.held_bytes == 0
+    assert [e and fields(e) for _, e in got] == [fields(big[0]), fields(big[1]), fields(big[2]), None]
+    assert [dropped for dropped, _ in got] == [0, 0, 0, 1]
+
+
 def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path, sink: socket.socket) -> None:
     """The capture process behind: the socket takes part of a frame; the rest waits in the worker and
     goes out as the reader makes room, in order, while the event loop is never blocked."""

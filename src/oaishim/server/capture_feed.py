@@ -17,8 +17,14 @@ and the serving side's writer, compiled with the core (it runs once per captured
   The socket's send buffer is also asked for ``send_buffer`` bytes (the kernel caps it at
   ``net.core.wmem_max``).
 * When the capture process falls behind, the socket's buffer stays full, the frames wait here, and
-  once ``queue_size`` exchanges wait ``submit`` drops and counts (the ``oaishim_capture_dropped``
-  metric, a log line at 1, 2, 4, … drops): a record is never lost silently.
+  once ``queue_size`` exchanges (8,192) or ``queue_bytes`` bytes of frames (32 MiB) wait, ``submit``
+  drops and counts (the ``oaishim_capture_dropped`` metric, a log line at 1, 2, 4, … drops): a
+  record is never lost silently. The capture process reads nothing while it builds a record, and
+  one built in the idle class on a core kept busy takes up to a few hundred milliseconds
+  (``server.capture_pace``); one worker on a 2-vCPU host serves about 30,000 plain exchanges a
+  second, which a queue of 1,024 held for 35 ms: bench runs dropped hundreds to thousands an
+  episode (bench/README.md, "The holding round"). The bytes bound keeps long streams' frames (tens
+  to hundreds of KB each) from holding that many.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ log: Final = logging.getLogger("oaishim.capture")
 FRAME: Final = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
 MARSHAL_VERSION: Final = 2  # see encode
 IOV_BATCH: Final = 256  # buffers one sendmsg is given at most, two a frame (the kernel allows 1,024)
+QUEUE_SIZE: Final = 8192  # exchanges a worker holds for the capture process at most (see the module)
+QUEUE_BYTES: Final = 32 << 20  # and bytes of their frames
 SEND_EVERY: Final = 0.02  # seconds between a busy worker's hand-overs (the capture process's pace reads its gaps)
 
 
@@ -49,10 +57,17 @@ class RemoteWriter:
     from the event loop, without blocking it (see the module)."""
 
     def __init__(
-        self, address: Path, *, queue_size: int = 1024, interval: float = SEND_EVERY, send_buffer: int = 4 << 20
+        self,
+        address: Path,
+        *,
+        queue_size: int = QUEUE_SIZE,
+        queue_bytes: int = QUEUE_BYTES,
+        interval: float = SEND_EVERY,
+        send_buffer: int = 4 << 20,
     ) -> None:
         self.address = address
         self.queue_size = queue_size  # exchanges held (framed, not yet all in the kernel) at most
+        self.queue_bytes = queue_bytes  # bytes of frames held at most (one frame is taken whatever its size)
         self.interval = interval
         self.send_buffer = send_buffer  # bytes asked of the kernel for the socket's send buffer
         self.dropped = 0
@@ -67,6 +82,7 @@ class RemoteWriter:
         self._first = 0
         self._offset = 0  # how much of the first buffer the socket has taken
         self.held = 0  # exchanges framed and not yet wholly handed to the kernel
+        self.held_bytes = 0  # the bytes of the buffers not yet wholly handed to the kernel
         self._sock: socket.socket | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._watched: asyncio.AbstractEventLoop | None = None  # the loop watching the socket for room
@@ -76,12 +92,18 @@ class RemoteWriter:
         return self
 
     def submit(self, exchange: RawExchange) -> bool:
-        """Frame one finished exchange; False (and counted) when ``queue_size`` are already held."""
+        """Frame one finished exchange; False (and counted) when ``queue_size`` are already held, or
+        its frame would take the bytes held past ``queue_bytes`` (taken when nothing is held)."""
         if self.held >= self.queue_size:
             self._drop(1, "capture queue full")
             self._arm()
             return False
-        self._frame(encode(exchange), 1)
+        payload = encode(exchange)
+        if self.held and self.held_bytes + len(payload) > self.queue_bytes:
+            self._drop(1, "capture queue full")
+            self._arm()
+            return False
+        self._frame(payload, 1)
         self._arm()
         return True
 
@@ -134,6 +156,7 @@ class RemoteWriter:
         taken += self._offset
         while first < end and taken >= len(held[first]):
             taken -= len(held[first])
+            self.held_bytes -= len(held[first])
             self.sent += counts[first]
             self.held -= counts[first]
             first += 1
@@ -158,6 +181,7 @@ class RemoteWriter:
             self._buffers.append(payload)
             self._counts.append(count)
         self.held += count
+        self.held_bytes += FRAME.size + len(payload)
         self._counted = self.dropped
 
     def _arm(self) -> None:
@@ -206,7 +230,7 @@ class RemoteWriter:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        lost, self.held = self.held, 0
+        lost, self.held, self.held_bytes = self.held, 0, 0
         self._buffers.clear()
         self._counts.clear()
         self._first = self._offset = 0
