@@ -343,7 +343,9 @@ async def send(sender: RemoteWriter) -> None:
             await asyncio.sleep(0.005)
 
 
-sender = RemoteWriter(folder / "sock", send_buffer=send_buffer).start()
+# the queue these cases were measured against: a larger one holds a stalled writer's frames longer, and
+# with it a writer that stops reading would drop nothing here either
+sender = RemoteWriter(folder / "sock", queue_size=1024, send_buffer=send_buffer).start()
 try:
     asyncio.run(send(sender))
     sender.close()

@@ -94,12 +94,8 @@ class RemoteWriter:
     def submit(self, exchange: RawExchange) -> bool:
         """Frame one finished exchange; False (and counted) when ``queue_size`` are already held, or
         its frame would take the bytes held past ``queue_bytes`` (taken when nothing is held)."""
-        if self.held >= self.queue_size:
-            self._drop(1, "capture queue full")
-            self._arm()
-            return False
-        payload = encode(exchange)
-        if self.held and self.held_bytes + len(payload) > self.queue_bytes:
+        payload = encode(exchange) if self.held < self.queue_size else None
+        if payload is None or (self.held and self.held_bytes + len(payload) > self.queue_bytes):
             self._drop(1, "capture queue full")
             self._arm()
             return False
