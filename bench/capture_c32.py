@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,8 @@ def start(
 
 
 def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Namespace) -> tuple[float, ...]:
-    proc, url = start(src, capture, upstream)
+    tmp = Path(tempfile.mkdtemp(prefix="capture-c32-"))  # removed after: a c32 capture writes ~600 MB
+    proc, url = start(src, capture, upstream, tmp)
     try:
         wrk(url, 4, 1)  # warm up
         time.sleep(0.3)
@@ -76,6 +78,7 @@ def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Names
     finally:
         proc.terminate()
         proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,7 @@ def measure(src: Path, capture: bool, upstream: str, args: argparse.Namespace, w
     finally:
         process.terminate()
         process.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)  # (a capture under load writes hundreds of MB)
 
 
 def main() -> None:

@@ -14,9 +14,11 @@ capture's cost; the CPU a request is. One line a round, then the medians.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,7 +31,8 @@ from compare import free_port, wrk
 
 
 def round_once(src: Path | None, upstream: str, args: argparse.Namespace) -> dict[bool, tuple[float, float, int]]:
-    running = {capture: start(src, capture, upstream) for capture in (False, True)}
+    folders = {capture: Path(tempfile.mkdtemp(prefix="capture-side-")) for capture in (False, True)}
+    running = {capture: start(src, capture, upstream, folders[capture]) for capture in (False, True)}
     try:
         for _, url in running.values():
             wrk(url, 4, 1)  # warm up
@@ -56,6 +59,8 @@ def round_once(src: Path | None, upstream: str, args: argparse.Namespace) -> dic
         for proc, _ in running.values():
             proc.terminate()
             proc.wait(30)
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)  # (a capture under load writes hundreds of MB)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,8 @@ def prepare(python: Path) -> tuple[str, Path]:
 
 def measure(upstream: str, venv: str, core: Path, seconds: float) -> dict[str, float]:
     os.environ["OAISHIM_BENCH_PYTHON"] = venv  # (paths.launch runs the gateway on it)
-    run = start_path("oaishim", upstream, {"oaishim": core}, Path(tempfile.mkdtemp(prefix="oaishim-interp-")))
+    folder = Path(tempfile.mkdtemp(prefix="oaishim-interp-"))
+    run = start_path("oaishim", upstream, {"oaishim": core}, folder)
     try:
         wrk(run.url, 32, 1)  # warm
         c1 = wrk(run.url, 1, seconds)
@@ -48,6 +50,7 @@ def measure(upstream: str, venv: str, core: Path, seconds: float) -> dict[str, f
                 "c32_p99_us": c32["p99_us"], "cpu_us_per_request": c32["cpu_s"] / c32["requests"] * 1e6}  # fmt: skip
     finally:
         run.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:
