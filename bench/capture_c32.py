@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,15 +38,13 @@ from compare import free_port, post, request_body, wrk
 BENCH = Path(__file__).resolve().parent
 
 
-def start(
-    src: Path | None, capture: bool, upstream: str, tmp: Path | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
+def start(src: Path | None, capture: bool, upstream: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     """oaishim from ``src`` (None: the venv's), capture on or off, once it answers; ``tmp``: its
-    folder (the capture goes to ``tmp / "capture"``), a new one by default."""
+    folder (the capture goes to ``tmp / "capture"``)."""
     name = "oaishim_capture" if capture else "oaishim"
     port = free_port()
     sources = {name: paths.source_folder(src)} if src is not None else {}
-    spec = paths.launch(name, upstream, port, tmp or Path(tempfile.mkdtemp(prefix="capture-c32-")), sources)
+    spec = paths.launch(name, upstream, port, tmp, sources)
     proc = subprocess.Popen(
         spec.argv, env=spec.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -60,10 +59,27 @@ def start(
         time.sleep(0.02)
 
 
-def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Namespace) -> tuple[float, ...]:
-    tmp = Path(tempfile.mkdtemp(prefix="capture-c32-"))  # removed after: a c32 capture writes ~600 MB
-    proc, url = start(src, capture, upstream, tmp)
+@contextlib.contextmanager
+def gateway(
+    src: Path | None, capture: bool, upstream: str, wait: float = 30
+) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    """:func:`start` in a new folder; on the way out the gateway is stopped (``wait`` seconds at
+    most; stopping it first inside the block is fine) and the folder removed: a c32 capture writes
+    about 600 MB, and runs that left theirs under /tmp filled a VM's disk."""
+    tmp = Path(tempfile.mkdtemp(prefix="capture-c32-"))
     try:
+        proc, url = start(src, capture, upstream, tmp)
+        try:
+            yield proc, url, tmp
+        finally:
+            proc.terminate()
+            proc.wait(wait)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Namespace) -> tuple[float, ...]:
+    with gateway(src, capture, upstream) as (proc, url, _):
         wrk(url, 4, 1)  # warm up
         time.sleep(0.3)
         tree = sorted(procstat.tree(proc.pid))
@@ -75,10 +91,6 @@ def measure(src: Path | None, capture: bool, upstream: str, args: argparse.Names
         serving_us, user_us = (u1 + k1 - u0 - k0) / n * 1e6, (u1 - u0) / n * 1e6
         rest_us, p99 = (r1 - r0) / n * 1e6, got["p99_us"] / 1000
         return got["p50_us"] / 1000, serving_us, user_us, serving_us - user_us, rest_us, n / args.seconds, p99
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

@@ -16,14 +16,12 @@ checkout's venv; none: the venv's own install.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import procstat
-from capture_c32 import start
+from capture_c32 import gateway
 from compare import free_port, settle, wrk
 
 
@@ -34,13 +32,11 @@ def unchecked(folder: Path) -> tuple[int, int]:
 
 
 def one(src: Path | None, upstream: str, connections: int, seconds: float) -> str:
-    tmp = Path(tempfile.mkdtemp(prefix="capture-checked-"))
-    gateway, url = start(src, True, upstream, tmp)
+    with gateway(src, True, upstream, wait=60) as (proc, url, tmp):
 
-    def pids() -> list[int]:
-        return procstat.tree(gateway.pid)
+        def pids() -> list[int]:
+            return procstat.tree(proc.pid)
 
-    try:
         wrk(url, connections, 1)
         settle(pids)
         tree = sorted(pids())
@@ -50,12 +46,10 @@ def one(src: Path | None, upstream: str, connections: int, seconds: float) -> st
         s1, r1 = procstat.cpu_seconds(serving), procstat.cpu_seconds(rest)
         settled = settle(pids)
         r2 = procstat.cpu_seconds(rest)
-    finally:
-        gateway.terminate()
-        gateway.wait(60)
+        proc.terminate()  # the records it still holds are written as it stops
+        proc.wait(60)
+        records, left = unchecked(tmp / "capture")
     n = figures["requests"]
-    records, left = unchecked(tmp / "capture")
-    shutil.rmtree(tmp, ignore_errors=True)  # (hundreds of MB a run)
     return (
         f"{n} requests: serving {(s1 - s0) / n * 1e6:.1f} µs a request, capture process {(r1 - r0) / n * 1e6:.1f}"
         f" while the load ran, {(r2 - r0) / n * 1e6:.1f} in all{'' if settled else ' (not settled)'};"

@@ -14,11 +14,10 @@ capture's cost; the CPU a request is. One line a round, then the medians.
 from __future__ import annotations
 
 import argparse
-import shutil
+import contextlib
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,14 +25,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import procstat
-from capture_c32 import BENCH, start
+from capture_c32 import BENCH, gateway
 from compare import free_port, wrk
 
 
 def round_once(src: Path | None, upstream: str, args: argparse.Namespace) -> dict[bool, tuple[float, float, int]]:
-    folders = {capture: Path(tempfile.mkdtemp(prefix="capture-side-")) for capture in (False, True)}
-    running = {capture: start(src, capture, upstream, folders[capture]) for capture in (False, True)}
-    try:
+    with contextlib.ExitStack() as stack:
+        running = {capture: stack.enter_context(gateway(src, capture, upstream))[:2] for capture in (False, True)}
         for _, url in running.values():
             wrk(url, 4, 1)  # warm up
         time.sleep(0.3)
@@ -55,12 +53,6 @@ def round_once(src: Path | None, upstream: str, args: argparse.Namespace) -> dic
             n = got[capture]["requests"]
             out[capture] = ((u1 - u0) / n * 1e6, (k1 - k0) / n * 1e6, n)
         return out
-    finally:
-        for proc, _ in running.values():
-            proc.terminate()
-            proc.wait(30)
-        for folder in folders.values():
-            shutil.rmtree(folder, ignore_errors=True)  # (a capture under load writes hundreds of MB)
 
 
 def main() -> None:
