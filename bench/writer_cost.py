@@ -86,7 +86,7 @@ def build_many(capture: Path, kind: str, count: int, check: bool) -> None:
     from oaishim.capture.files import capture_files
     from oaishim.capture.raw import RawExchange, RawRequest, RawResponse
     from oaishim.capture.timeline import is_stream
-    from oaishim.server.capture_feed import decode, encode
+    from oaishim.server.capture_frame import decode, encode
     from oaishim.server.config import Settings
     from oaishim.server.recording import CheckBudget, recording_for
 

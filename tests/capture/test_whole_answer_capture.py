@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,14 +16,14 @@ import orjson
 import pytest
 from _apps import RunningApp, chat_answer, post
 
-from oaishim.capture.raw import RawExchange, RawResponse, to_tuple
+from oaishim.capture.raw import PlainExchange, RawExchange, RawResponse, to_tuple
 from oaishim.capture.reader import CaptureReader
 from oaishim.capture.record import body_bytes
 from oaishim.server.app import Gateway
 from oaishim.server.capture_wire import read_wire
 from oaishim.server.config import ModelRoute, Settings
-from oaishim.server.exchange import RESPOND
-from oaishim.server.recorder import RecordingRespond, RecordingSend
+from oaishim.server.exchange import READ, RESPOND
+from oaishim.server.recorder import Recorder, RecordingRespond, RecordingSend
 from oaishim.server.recording import Recording
 
 PLAIN = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
@@ -98,23 +99,31 @@ def test_an_answer_written_whole_is_recorded_as_its_two_messages(tmp_path: Path)
     assert comparable(whole) == comparable(messages)
 
 
-def test_the_gateways_plain_exchange_crosses_as_the_flat_tuple(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shape ``capture.raw`` frames as one flat tuple is the one the gateway's recorder makes
-    of a plain request (its read, the answer written whole, its own upstream client's head and
-    reads): were it not, each capture would pay for the nested form without a test failing."""
+def test_the_gateways_plain_exchange_is_handed_over_as_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain request (its read, the answer written whole, the gateway's own upstream client's
+    head and reads) reaches the writer as the recorder's fields (``submit_plain``, which the
+    capture process's link frames without making parts), and as parts it is the shape
+    ``capture.raw`` frames as one flat tuple: were either not so, each capture would pay for the
+    slower form without a test failing."""
     lengths: list[int] = []
+    plain: list[PlainExchange] = []
     with RunningApp(backend) as upstream:
         route = ModelRoute(name="tiny", upstreams=(upstream.url,))
         gateway = Gateway(Settings(models=(route,), capture_dir=tmp_path))
         assert isinstance(gateway.recording, Recording)
         writer = gateway.recording.writer
-        submit = writer.submit
+        submit, submit_plain = writer.submit, writer.submit_plain
 
         def noted(raw: RawExchange) -> bool:
             lengths.append(len(to_tuple(raw)))
             return submit(raw)
 
+        def noted_plain(fields: PlainExchange) -> bool:
+            plain.append(fields)
+            return submit_plain(fields)
+
         monkeypatch.setattr(writer, "submit", noted)
+        monkeypatch.setattr(writer, "submit_plain", noted_plain)
         with RunningApp(gateway) as gw:  # sent as wrk sends it: head and body in one write
             address = urlsplit(gw.url)
             body = orjson.dumps(PLAIN)
@@ -124,15 +133,43 @@ def test_the_gateways_plain_exchange_crosses_as_the_flat_tuple(tmp_path: Path, m
                 answer = http.client.HTTPResponse(sock)
                 answer.begin()
                 received = answer.read()
-    assert answer.status == 200 and lengths == [16]
+    assert answer.status == 200 and len(plain) == 1 and lengths == [16]
+    assert plain[0].read.startswith(head.encode()) and plain[0].written.endswith(received)
     (record,) = CaptureReader(tmp_path).records()  # and the record is whole
     assert record["error"] is None and record["client"]["request"]["method"] == "POST"
     assert body_bytes(record["client"]["response"]) == received and record["upstream"]["response"]["complete"]
 
 
+class Writes:
+    """A writer that keeps what it is handed."""
+
+    def __init__(self) -> None:
+        self.got: list[RawExchange] = []
+        self.plain = 0
+
+    def submit(self, exchange: RawExchange) -> bool:
+        self.got.append(exchange)
+        return True
+
+    def submit_plain(self, plain: PlainExchange) -> bool:
+        self.plain += 1
+        return self.submit(plain.exchange())
+
+
+def recorder(read: bool, writer: Writes | None = None) -> Recorder:
+    """A recorder of a request that came as one read (``read``: noted as fields until another
+    kind of note comes), or as a scope (noted as parts from the start)."""
+    scope: dict[str, Any] = {"type": "http", "method": "POST", "path": "/v1/x", "headers": [], "query_string": b""}
+    if read:
+        scope[READ] = (time.perf_counter_ns(), b"POST /v1/x HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}")
+    return Recorder(writer or Writes(), scope, "gateway", 1.5)
+
+
+@pytest.mark.parametrize("read", [True, False], ids=["read", "scope"])
 @pytest.mark.parametrize("outcome", ["written", "refused", "raised"])
-def test_the_recording_respond_notes_only_what_was_written(outcome: str) -> None:
-    raw = RawExchange(0, 0.0, "gateway")
+def test_the_recording_respond_notes_only_what_was_written(outcome: str, read: bool) -> None:
+    writer = Writes()
+    rec = recorder(read, writer)
     headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
 
     wrote = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -142,15 +179,19 @@ def test_the_recording_respond_notes_only_what_was_written(outcome: str) -> None
             raise ConnectionResetError("the client went away")
         return wrote if outcome == "written" else None
 
-    recording = RecordingRespond(raw, respond)
+    recording = RecordingRespond(rec, respond)
     if outcome == "raised":
         with pytest.raises(ConnectionResetError):
             recording(200, headers, b"{}")
     else:
         assert recording(200, headers, b"{}") is (wrote if outcome == "written" else None)
-    got = raw.client_response
+    rec.end()
+    (ended,) = writer.got
+    # as fields only while nothing but the whole answer was noted
+    assert writer.plain == (1 if read and outcome != "raised" else 0)
+    got = ended.client_response
     if outcome == "refused":  # nothing sent: the send chain sends it next, and notes it there
-        assert got is None
+        assert got is None and ended.error == "no response was sent: the client went away first"
         return
     assert got is not None
     if outcome == "raised":  # the head as given, nothing written
@@ -164,11 +205,13 @@ def test_the_recording_respond_notes_only_what_was_written(outcome: str) -> None
     assert back.reads == [(got.t_ns, b"{}")]
 
 
-def test_a_refused_whole_write_is_noted_once_by_the_send_chain() -> None:
+@pytest.mark.parametrize("read", [True, False], ids=["read", "scope"])
+def test_a_refused_whole_write_is_noted_once_by_the_send_chain(read: bool) -> None:
     """Refused, the answer goes as two messages through the recording send: one response, not two."""
     import asyncio
 
-    raw = RawExchange(0, 0.0, "gateway")
+    writer = Writes()
+    rec = recorder(read, writer)
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -176,12 +219,17 @@ def test_a_refused_whole_write_is_noted_once_by_the_send_chain() -> None:
 
     async def run() -> None:
         headers = [(b"content-type", b"application/json")]
-        assert RecordingRespond(raw, lambda status, headers, body: None)(200, headers, b"{}") is None
-        chain = RecordingSend(raw, send)
+        assert RecordingRespond(rec, lambda status, headers, body: None)(200, headers, b"{}") is None
+        chain = RecordingSend(rec, send)
         await chain({"type": "http.response.start", "status": 200, "headers": headers})
         await chain({"type": "http.response.body", "body": b"{}"})
 
     asyncio.run(run())
-    response = raw.client_response
+    rec.end()
+    (ended,) = writer.got
+    assert writer.plain == 0  # (the send chain's notes are parts)
+    response = ended.client_response
     assert isinstance(response, RawResponse) and [piece for _, piece in response.reads] == [b"{}"]
-    assert response.complete and len(sent) == 2
+    assert response.complete and len(sent) == 2 and ended.error is None
+    request = ended.client_request  # what was noted before the chain's first message is kept
+    assert request is not None and request.wire == read

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from _fake import FakeUpstream, inprocess_gateways
@@ -52,3 +54,13 @@ def gateways(request: pytest.FixtureRequest, backend: Replayer | FakeUpstream) -
     yield start
     for gw in running.values():
         gw.__exit__(None, None, None)
+
+
+@pytest.fixture
+def capture_socket(tmp_path: Path) -> socket.socket:
+    """The capture process's end of a worker's link: a Unix socket listening at
+    ``tmp_path / "capture.sock"``, for a ``RemoteWriter`` to connect to."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "capture.sock"))
+    server.listen(4)
+    return server

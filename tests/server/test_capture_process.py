@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _capture_link import fields, readframes
 
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse, from_tuple, to_tuple
-from oaishim.server.capture_feed import RemoteWriter, decode, encode, frames
+from oaishim.server.capture_feed import RemoteWriter
+from oaishim.server.capture_frame import decode, encode, frames
 from oaishim.server.exchange import StreamCount
 from oaishim.server.metrics import Metrics
 
@@ -31,46 +33,9 @@ def exchange(i: int, size: int = 0) -> RawExchange:
     return raw
 
 
-@pytest.fixture
-def sink(tmp_path: Path) -> socket.socket:
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(tmp_path / "capture.sock"))
-    server.listen(4)
-    return server
-
-
-FIELDS: dict[type, tuple[str, ...]] = {
-    RawExchange: ("t0_ns", "started", "mode", "client_request", "client_response", "upstream_request",
-                  "upstream_response", "profile", "end_ns", "error"),
-    RawRequest: ("t_ns", "method", "target", "headers", "body", "wire"),
-    RawResponse: ("t_ns", "status", "headers", "reads", "complete", "wire"),
-}  # fmt: skip
-
-
-def fields(x: object) -> dict[str, object]:
-    """An exchange (or one of its parts) as its fields, by name, its parts' fields nested."""
-    return {
-        name: fields(value) if type(value) in FIELDS else value
-        for name in FIELDS[type(x)]
-        for value in [getattr(x, name)]
-    }
-
-
-def readframes(conn: socket.socket, want: int) -> list[tuple[int, RawExchange | None]]:
-    buffer = bytearray()
-    got: list[tuple[int, RawExchange | None]] = []
-    conn.settimeout(5)
-    while len(got) < want:
-        data = conn.recv(65536)
-        assert data, "the sender closed early"
-        buffer += data
-        got += [(dropped, decode(payload) if payload else None) for dropped, payload in frames(buffer)]
-    return got
-
-
-def test_exchanges_cross_whole_and_in_order_once_the_timer_fires(tmp_path: Path, sink: socket.socket) -> None:
+def test_exchanges_cross_whole_and_in_order_once_the_timer_fires(tmp_path: Path, capture_socket: socket.socket) -> None:
     writer = RemoteWriter(tmp_path / "capture.sock", interval=0.01).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     sent = [exchange(i) for i in range(5)]
 
     async def serve() -> tuple[int, int]:
@@ -252,10 +217,10 @@ def test_an_exchange_marshal_refuses_goes_pickled_and_comes_back_whole() -> None
 
 
 def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
-    tmp_path: Path, sink: socket.socket, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capture_socket: socket.socket, caplog: pytest.LogCaptureFixture
 ) -> None:
     writer = RemoteWriter(tmp_path / "capture.sock", queue_size=2, interval=0.05).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     metrics = Metrics(StreamCount(), writer)
 
     async def serve() -> list[bool]:
@@ -279,13 +244,13 @@ def test_a_full_queue_drops_counts_logs_and_tells_the_capture_process(
 
 
 def test_the_queue_is_bounded_in_bytes_too_and_a_lone_frame_of_any_size_is_taken(
-    tmp_path: Path, sink: socket.socket
+    tmp_path: Path, capture_socket: socket.socket
 ) -> None:
     """Long streams' frames: the bytes held bound the queue before the count does; a frame larger
     than the bound is still taken when nothing waits (else such an exchange could never be
     captured), and what was held goes out whole, in order, with the count of what was not."""
     writer = RemoteWriter(tmp_path / "capture.sock", queue_size=100, queue_bytes=250_000, interval=0.05).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     big = [exchange(0, 400_000), exchange(1, 100_000), exchange(2, 100_000), exchange(3, 100_000)]
 
     async def serve() -> tuple[list[bool], int]:
@@ -309,11 +274,13 @@ def test_the_queue_is_bounded_in_bytes_too_and_a_lone_frame_of_any_size_is_taken
     assert [dropped for dropped, _ in got] == [0, 0, 0, 1]
 
 
-def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path, sink: socket.socket) -> None:
+def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(
+    tmp_path: Path, capture_socket: socket.socket
+) -> None:
     """The capture process behind: the socket takes part of a frame; the rest waits in the worker and
     goes out as the reader makes room, in order, while the event loop is never blocked."""
     writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005, send_buffer=262_144).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     sent = [exchange(i, 200_000) for i in range(40)]  # 8 MB: many times the socket's buffer
     got: list[tuple[int, RawExchange | None]] = []
     reader = threading.Thread(target=lambda: got.extend(readframes(conn, len(sent))))
@@ -339,7 +306,7 @@ def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(tmp_path: Path
 
 @pytest.mark.parametrize("send_buffer", [16_384, 4 << 20])
 def test_frames_cross_as_fast_as_they_are_read_not_one_socket_buffer_a_tick(
-    tmp_path: Path, sink: socket.socket, send_buffer: int
+    tmp_path: Path, capture_socket: socket.socket, send_buffer: int
 ) -> None:
     """A worker framing more a tick than the socket's buffer holds, with the capture process reading
     all the while: what a tick's send leaves goes as the reader makes room, so nothing waits long
@@ -347,7 +314,7 @@ def test_frames_cross_as_fast_as_they_are_read_not_one_socket_buffer_a_tick(
     exchanges offered in about 0.15 s overflowed a queue of 1,024."""
     writer = RemoteWriter(tmp_path / "capture.sock", queue_size=1024, interval=0.02, send_buffer=send_buffer)
     writer.start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     sent = [exchange(i, 4000) for i in range(3000)]  # 12 MB, ~4 KB each: a plain exchange's size
     got: list[tuple[int, RawExchange | None]] = []
     reader = threading.Thread(target=lambda: got.extend(readframes(conn, len(sent))))
@@ -372,13 +339,15 @@ def test_frames_cross_as_fast_as_they_are_read_not_one_socket_buffer_a_tick(
     assert max(most) < 1024
 
 
-def test_a_backlog_of_thousands_of_frames_goes_out_whole_and_in_order(tmp_path: Path, sink: socket.socket) -> None:
+def test_a_backlog_of_thousands_of_frames_goes_out_whole_and_in_order(
+    tmp_path: Path, capture_socket: socket.socket
+) -> None:
     """Thousands of small frames behind a slow reader: each send takes what the socket's buffer
     holds (often ending inside a frame's head or payload); the frames sent are let go while the rest
     still wait (what a worker holds stays bounded by what is unsent), and every exchange arrives
     whole, in order."""
     writer = RemoteWriter(tmp_path / "capture.sock", queue_size=10_000, interval=0.002).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sent = [exchange(i, 1500 + i % 700) for i in range(3000)]
     got: list[tuple[int, RawExchange | None]] = []
@@ -415,9 +384,9 @@ def test_a_backlog_of_thousands_of_frames_goes_out_whole_and_in_order(tmp_path: 
     assert held[0] > 1000 and (writer._buffers, writer._first) == ([], 0)  # a backlog, then nothing held
 
 
-def test_close_sends_what_is_still_held(tmp_path: Path, sink: socket.socket) -> None:
+def test_close_sends_what_is_still_held(tmp_path: Path, capture_socket: socket.socket) -> None:
     writer = RemoteWriter(tmp_path / "capture.sock", interval=60).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
 
     async def serve() -> None:
         for i in range(3):
@@ -429,12 +398,12 @@ def test_close_sends_what_is_still_held(tmp_path: Path, sink: socket.socket) -> 
 
 
 def test_a_capture_process_gone_counts_what_it_did_not_get(
-    tmp_path: Path, sink: socket.socket, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capture_socket: socket.socket, caplog: pytest.LogCaptureFixture
 ) -> None:
     writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005).start()
-    conn, _ = sink.accept()
+    conn, _ = capture_socket.accept()
     conn.close()
-    sink.close()
+    capture_socket.close()
     (tmp_path / "capture.sock").unlink()
     with caplog.at_level(logging.WARNING, "oaishim.capture"):
         deadline = time.monotonic() + 5

@@ -112,6 +112,56 @@ class RawExchange:
         return f"RawExchange{fields + more!r}"
 
 
+class PlainExchange:
+    """The common exchange as plain fields, with no graph of parts: a request that came whole in
+    one read (``read``, at ``t0_ns``), answered whole by the server (``written``, at
+    ``answer_ns``; 0: not answered), through the gateway's own upstream client (``sent_ns``: when
+    its request went, 0 for none; its ``method``, ``url``, ``head`` as written and ``body``; its
+    answer's ``up_status`` and the connection's ``reads`` of it). The recorder notes such an
+    exchange here as it passes (``server.recorder``: no part objects; capture's added CPU a plain
+    request about a third less, bench/README.md, "The plain-frame round") and the capture process's link frames it from these fields
+    (``server.capture_frame``); :meth:`exchange` gives the same exchange as parts, for whatever
+    needs them (the thread writer, an exchange that turns out to be of another shape)."""
+
+    __slots__ = (
+        "answer_ns", "body", "end_ns", "error", "head", "method", "mode", "profile", "read", "reads", "sent_ns",
+        "started", "status", "t0_ns", "up_status", "url", "written",
+    )  # fmt: skip
+
+    def __init__(self, t0_ns: int, started: float, mode: Mode, read: bytes) -> None:
+        self.t0_ns = t0_ns
+        self.started = started
+        self.mode: Mode = mode
+        self.read = read
+        self.answer_ns = 0  # (0: no answer written whole)
+        self.status = 0
+        self.written = b""
+        self.sent_ns = 0  # (0: no upstream request)
+        self.method = ""
+        self.url = ""
+        self.head = b""
+        self.body = b""
+        self.up_status = 0
+        self.reads: list[tuple[int, bytes]] | None = None
+        self.end_ns = 0
+        self.profile: str | None = None
+        self.error: str | None = None
+
+    def exchange(self) -> RawExchange:
+        """The exchange as parts, as a recorder of parts would have noted it."""
+        x = RawExchange(self.t0_ns, self.started, self.mode, profile=self.profile, end_ns=self.end_ns, error=self.error)
+        x.client_request = RawRequest(self.t0_ns, "", "", self.read, wire=True)
+        if self.answer_ns:
+            x.client_response = RawResponse(
+                self.answer_ns, self.status, (), [(self.answer_ns, self.written)], True, True
+            )
+        if self.sent_ns:
+            x.upstream_request = RawRequest(self.sent_ns, self.method, self.url, self.head, [self.body])
+            reads = self.reads if self.reads is not None else []
+            x.upstream_response = RawResponse(self.sent_ns, self.up_status, (), reads, wire=True)
+        return x
+
+
 def head_pairs(headers: Head) -> list[tuple[str | bytes, str | bytes]]:
     """A part's headers as pairs: those of a wire head (its start line left out; a line without a
     colon, which no sender here writes, is kept as a name with an empty value), or the pairs."""

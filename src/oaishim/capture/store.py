@@ -26,7 +26,7 @@ from pathlib import Path
 
 from oaishim.capture.files import capture_files, file_name, lines, number_of
 from oaishim.capture.index import INDEX_NAME, Index
-from oaishim.capture.raw import RawExchange
+from oaishim.capture.raw import PlainExchange, RawExchange
 from oaishim.capture.record import Record, RecordError, parse_line, summary
 
 log = logging.getLogger("oaishim.capture")
@@ -85,6 +85,10 @@ class Drained:
             return False
         self.queue.append(exchange)  # deque.append is atomic: no lock, no wake-up
         return True
+
+    def submit_plain(self, plain: PlainExchange) -> bool:
+        """Queue one finished plain exchange (the recorder's fields), as its parts."""
+        return self.submit(plain.exchange())
 
     def _drop(self, count: int, why: str) -> None:
         before, self.dropped = self.dropped, self.dropped + count

@@ -1,15 +1,13 @@
-"""The link from a serving process to the capture process (``server.capture_process``): its frames,
-and the serving side's writer, compiled with the core (it runs once per captured exchange).
+"""The link from a serving process to the capture process (``server.capture_process``): the
+serving side's writer, compiled with the core (it runs once per captured exchange). The frames it
+sends are ``server.capture_frame``'s.
 
-* A frame is the payload's size and the worker's count of dropped exchanges so far (``FRAME``),
-  then the exchange (``encode``): its tuples (``capture.raw.to_tuple``) in ``marshal``'s format, or
-  pickled where marshal refuses a value. ``frames`` takes the complete frames off a buffer.
 * :class:`RemoteWriter` stands in a worker where the thread writer stands, and runs in the event
-  loop: ``submit`` (once the response has ended) frames the raw exchange (about 11k instructions
-  for a plain one, as one flat tuple; a 144-chunk stream in under half of pickle's time) and arms
-  a timer; every ``interval`` non-blocking ``sendmsg`` calls hand the frames to the kernel. No
-  thread: a sender thread took the GIL from the event loop for up to the interpreter's switch
-  interval (5 ms), which was the capture's whole cost at p99 (bench/README.md).
+  loop: ``submit_plain`` (once a plain exchange has ended) frames the recorder's fields
+  (``capture_frame.plain_frame``), ``submit`` (an exchange of any other shape) its parts. Either
+  arms a timer; every ``interval`` non-blocking ``sendmsg`` calls gather the frames into the
+  kernel. No thread: a sender thread took the GIL from the event loop for up to the interpreter's
+  switch interval (5 ms), which was the capture's whole cost at p99 (bench/README.md).
 * A tick sends until the socket's buffer is full; what is left goes as soon as the capture process
   has read some (the event loop watches the socket for room), not a tick later: sent once a tick,
   frames crossed at one socket buffer per ``interval`` at most (the kernel's default, 208 KiB,
@@ -17,7 +15,7 @@ and the serving side's writer, compiled with the core (it runs once per captured
   The socket's send buffer is also asked for ``send_buffer`` bytes (the kernel caps it at
   ``net.core.wmem_max``).
 * When the capture process falls behind, the socket's buffer stays full, the frames wait here, and
-  once ``queue_size`` exchanges (8,192) or ``queue_bytes`` bytes of frames (32 MiB) wait, ``submit``
+  once ``queue_size`` exchanges (8,192) or ``queue_bytes`` bytes of frames (32 MiB) wait, a submit
   drops and counts (the ``oaishim_capture_dropped`` metric, a log line at 1, 2, 4, … drops): a
   record is never lost silently. The capture process reads nothing while it builds a record, and
   one built in the idle class on a core kept busy takes up to a few hundred milliseconds
@@ -32,21 +30,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import marshal
-import pickle
 import socket
-import struct
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from oaishim.capture.raw import RawExchange, from_tuple, to_tuple
+from oaishim.capture.raw import PlainExchange, RawExchange
 from oaishim.server.asgi import Scope
+from oaishim.server.capture_frame import FRAME, encode, plain_frame
 from oaishim.server.recorder import Recorder
 
 log: Final = logging.getLogger("oaishim.capture")
-FRAME: Final = struct.Struct("!IQ")  # the payload's size, the worker's drops so far; then the exchange (see encode)
-MARSHAL_VERSION: Final = 2  # see encode
-IOV_BATCH: Final = 256  # buffers one sendmsg is given at most, two a frame (the kernel allows 1,024)
+IOV_BATCH: Final = 256  # buffers one sendmsg is given at most, one or two a frame (the kernel allows 1,024)
 QUEUE_SIZE: Final = 8192  # exchanges a worker holds for the capture process at most (see the module)
 QUEUE_BYTES: Final = 32 << 20  # and bytes of their frames
 SEND_EVERY: Final = 0.02  # seconds between a busy worker's hand-overs (the capture process's pace reads its gaps)
@@ -94,14 +88,35 @@ class RemoteWriter:
     def submit(self, exchange: RawExchange) -> bool:
         """Frame one finished exchange; False (and counted) when ``queue_size`` are already held, or
         its frame would take the bytes held past ``queue_bytes`` (taken when nothing is held)."""
-        payload = encode(exchange) if self.held < self.queue_size else None
-        if payload is None or (self.held and self.held_bytes + len(payload) > self.queue_bytes):
-            self._drop(1, "capture queue full")
-            self._arm()
+        payload = self._admit(encode(exchange) if self.held < self.queue_size else None)
+        if payload is None:
             return False
         self._frame(payload, 1)
         self._arm()
         return True
+
+    def submit_plain(self, plain: PlainExchange) -> bool:
+        """Frame one finished plain exchange from its fields (no parts made, nothing marshalled),
+        as ``submit`` frames any other."""
+        frame = self._admit(plain_frame(plain, self.dropped) if self.held < self.queue_size else None)
+        if frame is None:
+            return False
+        self._buffers.append(frame)
+        self._counts.append(1)
+        self.held += 1
+        self.held_bytes += len(frame)
+        self._counted = self.dropped
+        self._arm()
+        return True
+
+    def _admit(self, data: bytes | None) -> bytes | None:
+        """``data``, an exchange framed (None: ``queue_size`` are held), if it may be queued; else
+        None, the exchange dropped and counted."""
+        if data is None or (self.held and self.held_bytes + len(data) > self.queue_bytes):
+            self._drop(1, "capture queue full")
+            self._arm()
+            return None
+        return data
 
     def close(self, timeout: float = 30.0) -> None:
         """Send everything held, waiting at most ``timeout`` seconds, and close the connection."""
@@ -266,37 +281,3 @@ class RemoteRecording:
 
     def begin(self, scope: Scope, wall: float = 0.0) -> Recorder:
         return Recorder(self.writer, scope, "gateway", wall)
-
-
-def frames(buffer: bytearray) -> list[tuple[int, bytes]]:
-    """The complete frames at the buffer's start (taken out of it): (the drop count, the payload)."""
-    out: list[tuple[int, bytes]] = []
-    start = 0
-    while len(buffer) - start >= FRAME.size:
-        size, dropped = FRAME.unpack_from(buffer, start)
-        if len(buffer) - start - FRAME.size < size:
-            break
-        out.append((dropped, bytes(buffer[start + FRAME.size : start + FRAME.size + size])))
-        start += FRAME.size + size
-    del buffer[:start]
-    return out
-
-
-def encode(exchange: RawExchange) -> bytes:
-    """One exchange as a frame's payload: its tuples in ``marshal``'s format (the serving and the
-    capture process are the same interpreter), or pickled where marshal refuses a value (a subclass
-    of ``str`` or ``int`` in a header, say). A pickle starts with its PROTO opcode, 0x80, which no
-    marshalled value starts with. Marshal's format 2, the last without back-references: the later
-    ones keep a table of every object written, a third of the time for a plain exchange, to share
-    what recurs, which in an exchange is little."""
-    form: tuple[Any, ...] = to_tuple(exchange)  # builtins only (capture.raw)
-    try:
-        return marshal.dumps(form, MARSHAL_VERSION)
-    except ValueError:
-        return pickle.dumps(form, pickle.HIGHEST_PROTOCOL)
-
-
-def decode(payload: bytes) -> RawExchange:
-    """One frame's exchange (from this gateway's own workers, through a 0700 folder)."""
-    form = pickle.loads(payload) if payload[:1] == b"\x80" else marshal.loads(payload)
-    return from_tuple(form)

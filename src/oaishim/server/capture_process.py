@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from oaishim.server.capture_feed import decode, frames
+from oaishim.server.capture_frame import decode, frames
 from oaishim.server.capture_pace import WRITER_NICE, Backlog, Pace, Priority, backlog_bytes_for, release_memory
 from oaishim.server.config import Settings
 from oaishim.server.knobs import IdleCores, usable_cores, usable_memory

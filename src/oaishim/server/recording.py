@@ -2,7 +2,7 @@
 
 A :class:`~oaishim.server.recorder.Recorder` (compiled with the core: it runs for every message
 and chunk) follows one exchange through its phases, fed by the wrapper around any
-``server.seam.Upstream`` (:class:`~oaishim.server.recorder.RecordingUpstream`, compiled with it).
+``server.seam.Upstream`` (:class:`~oaishim.server.recorder_upstream.RecordingUpstream`, compiled with it).
 Here are the parts that stay Python: the writer thread's record build and its checker's budget
 (:class:`CheckBudget`), and :class:`Recording`, where a gateway's or a proxy's exchanges go.
 """
@@ -22,7 +22,8 @@ from oaishim.check import CheckOptions
 from oaishim.server.asgi import Scope
 from oaishim.server.capture_wire import settle_wire
 from oaishim.server.config import Settings
-from oaishim.server.recorder import Recorder, RecordingUpstream, Submit
+from oaishim.server.recorder import Recorder, Submit
+from oaishim.server.recorder_upstream import RecordingUpstream
 
 __all__ = ["CheckBudget", "Recorder", "Recording", "RecordingUpstream", "Submit", "recording_for"]
 
