@@ -226,7 +226,9 @@ def _fast_tuple(x: RawExchange) -> tuple[object, ...] | None:
     server, through the gateway's own upstream client (its head as written, one body piece, its
     answer as its reads). None for any other shape. What it leaves out is implied: the request's
     time is the exchange's start, the answer's one read is at the answer's time and complete, the
-    upstream answer's time is the upstream request's and its head is in its reads."""
+    upstream answer's time is the upstream request's and its head is in its reads. (The gateway
+    hands such an exchange over as a :class:`PlainExchange`, framed without parts; this form is for
+    one that reached the writer as parts all the same.)"""
     cq, cr, uq, ur = x.client_request, x.client_response, x.upstream_request, x.upstream_response
     if cq is None or not cq.wire or cq.t_ns != x.t0_ns or not isinstance(cq.headers, bytes):
         return None
@@ -264,16 +266,15 @@ def from_tuple(t: tuple[Any, ...]) -> RawExchange:
 
 
 def _from_fast(t: tuple[Any, ...]) -> RawExchange:
+    """The flat tuple back as parts: the plain exchange's fields, made into parts as the recorder's are."""
     t0, started, proxy, profile, end_ns, error, read, t_answer, status, written = t[:10]
     t_up, url, head, body, up_status, reads = t[10:]
-    return RawExchange(
-        t0, started, "proxy" if proxy else "gateway",
-        RawRequest(t0, "", "", read, wire=True),
-        RawResponse(t_answer, status, (), [(t_answer, written)], True, True),
-        RawRequest(t_up, _method_of(head), url, head, [body]),
-        RawResponse(t_up, up_status, (), reads, wire=True),
-        profile, end_ns, error,
-    )  # fmt: skip
+    p = PlainExchange(t0, started, "proxy" if proxy else "gateway", read)
+    p.answer_ns, p.status, p.written = t_answer, status, written
+    p.sent_ns, p.method, p.url, p.head, p.body = t_up, _method_of(head), url, head, body
+    p.up_status, p.reads = up_status, reads
+    p.end_ns, p.profile, p.error = end_ns, profile, error
+    return p.exchange()
 
 
 def _method_of(head: bytes) -> str:
