@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from _capture_link import fields, readframes
+from librt.strings import BytesWriter
 
 from oaishim.capture.raw import PlainExchange, RawExchange, RawRequest
+from oaishim.server import capture_frame
 from oaishim.server.capture_feed import RemoteWriter
 from oaishim.server.capture_frame import FRAME, PLAIN, decode, encode, frames, plain_frame
 
@@ -121,6 +123,53 @@ def test_a_run_of_frames_read_in_pieces_of_any_size_comes_back_whole_and_in_orde
             got += [fields(decode(payload)) for _, payload in frames(buffer)]
         assert got == want, cut
         assert not buffer
+
+
+def test_frames_written_one_after_another_into_one_writer_are_each_whole_and_stay_as_made() -> None:
+    """The worker's writer keeps one ``BytesWriter`` for every plain frame: each frame is its own
+    exchange whether the one before was longer or shorter, and a frame handed out is not changed
+    by the next one written."""
+    t = time.perf_counter_ns()
+    out = BytesWriter()
+    exchanges = [plain(t, size=9_000), plain(t + 100), plain(t + 200, size=40_000), plain(t + 300, size=3)]
+    _text_of_every_kind(exchanges[1])
+    made = [plain_frame(p, dropped, out) for dropped, p in enumerate(exchanges)]
+    assert made == [whole(p, dropped) for dropped, p in enumerate(exchanges)]
+    buffer = bytearray(b"".join(made))
+    assert [(n, fields(decode(payload))) for n, payload in frames(buffer)] == [
+        (n, fields(p.exchange())) for n, p in enumerate(exchanges)
+    ]
+
+
+@pytest.mark.patches_internals
+def test_a_plain_exchange_too_large_for_its_frame_goes_as_parts(
+    tmp_path: Path, capture_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain payload's lengths are 32-bit: one past the bound (2 GiB, lowered here to 1 KB, as
+    a 2 GiB exchange is more memory than a test should take) is framed as parts, and arrives as
+    the same exchange, between the plain ones around it."""
+    monkeypatch.setattr(capture_frame, "MAX_PLAIN", 1_000)
+    t = time.perf_counter_ns()
+    small, large = plain(t), plain(t + 100, size=2_000)
+    small.written = small.written[:40]  # under the lowered bound
+    with pytest.raises(ValueError, match="framed as parts"):
+        plain_frame(large, 0)
+    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.01).start()
+    conn, _ = capture_socket.accept()
+
+    async def serve() -> list[bool]:
+        results = [writer.submit_plain(p) for p in (small, large, small)]
+        await asyncio.sleep(0.1)
+        return results
+
+    got: list[tuple[int, RawExchange | None]] = []
+    reader = threading.Thread(target=lambda: got.extend(readframes(conn, 3)))
+    reader.start()
+    assert asyncio.run(serve()) == [True, True, True]
+    reader.join(10)
+    writer.close()
+    assert [e and fields(e) for _, e in got] == [fields(p.exchange()) for p in (small, large, small)]
+    assert (writer.sent, writer.dropped) == (3, 0)
 
 
 def test_a_plain_frame_whose_lengths_do_not_add_up_is_refused() -> None:

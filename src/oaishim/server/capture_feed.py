@@ -34,6 +34,8 @@ import socket
 from pathlib import Path
 from typing import Final
 
+from librt.strings import BytesWriter
+
 from oaishim.capture.raw import PlainExchange, RawExchange
 from oaishim.server.asgi import Scope
 from oaishim.server.capture_frame import FRAME, encode, plain_frame
@@ -77,6 +79,7 @@ class RemoteWriter:
         self._offset = 0  # how much of the first buffer the socket has taken
         self.held = 0  # exchanges framed and not yet wholly handed to the kernel
         self.held_bytes = 0  # the bytes of the buffers not yet wholly handed to the kernel
+        self._framing = BytesWriter()  # plain frames are written here, its room kept from one to the next
         self._sock: socket.socket | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._watched: asyncio.AbstractEventLoop | None = None  # the loop watching the socket for room
@@ -98,7 +101,14 @@ class RemoteWriter:
     def submit_plain(self, plain: PlainExchange) -> bool:
         """Frame one finished plain exchange from its fields (no parts made, nothing marshalled),
         as ``submit`` frames any other."""
-        frame = self._admit(plain_frame(plain, self.dropped) if self.held < self.queue_size else None)
+        if self.held >= self.queue_size:
+            self._admit(None)
+            return False
+        try:
+            made = plain_frame(plain, self.dropped, self._framing)
+        except ValueError:  # too large for a plain frame's lengths
+            return self.submit(plain.exchange())
+        frame = self._admit(made)
         if frame is None:
             return False
         self._buffers.append(frame)

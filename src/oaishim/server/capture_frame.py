@@ -30,21 +30,25 @@ import pickle
 import struct
 from typing import Any, Final
 
+from librt.strings import BytesWriter, write_f64_le, write_i32_le, write_i64_le
+
 from oaishim.capture.raw import PlainExchange, RawExchange, from_tuple, to_tuple
 
 FRAME: Final = struct.Struct("<IQ")  # the payload's size, the worker's drops so far; then the payload
 MARSHAL_VERSION: Final = 2  # see encode
 PLAIN_KIND: Final = 1
 PLAIN_HEAD: Final = bytes([PLAIN_KIND])
-# A plain payload's head: its kind; its flags (below); the start (perf_counter_ns) and the wall
-# clock's; the end, the answer's and the upstream request's times, each from the start (a number
-# this small is packed without the slow path of one of perf_counter_ns's size); the statuses;
-# the count of upstream reads; the lengths of the profile, the error, the URL, the read, the
-# answer written, the upstream head and body.
+# A plain payload's head, as plain_frame writes it field by field and PLAIN reads it back: its
+# kind; its flags (below); the start (perf_counter_ns) and the wall clock's; the end, the answer's
+# and the upstream request's times, each from the start; the statuses; the count of upstream
+# reads; the lengths of the profile, the error, the URL, the read, the answer written, the
+# upstream head and body.
 PLAIN_FORMAT: Final = "BBqdqqqiiIIIIIIII"
 PLAIN: Final = struct.Struct("<" + PLAIN_FORMAT)
-FRAMED_PLAIN: Final = struct.Struct("<IQ" + PLAIN_FORMAT)  # the frame's head and the payload's, packed at once
 READ: Final = struct.Struct("<qI")  # one upstream read: its time from the start, its length
+PLAIN_SIZE: Final[int] = PLAIN.size  # (as constants: an attribute of a Struct is looked up by name)
+READ_SIZE: Final[int] = READ.size
+MAX_PLAIN: Final = (1 << 31) - 1  # a plain payload's size at most (its lengths are written as i32)
 # the flags
 PROXY: Final = 1  # recorded by the capture proxy, not the gateway
 ANSWERED: Final = 2
@@ -53,45 +57,80 @@ PROFILED: Final = 8  # a profile (else None)
 FAILED: Final = 16  # an error (else None)
 
 
-def plain_frame(p: PlainExchange, dropped: int) -> bytes:
+def plain_frame(p: PlainExchange, dropped: int, out: BytesWriter | None = None) -> bytes:
     """A plain exchange's frame: the frame's head and the payload's, the text, the reads' table,
-    then the parts."""
+    then the parts, written in order into ``out`` (emptied first: a writer kept for it, whose
+    room stays allocated, as ``capture_feed.RemoteWriter``'s; else a new one). Each number goes
+    in as a machine integer (librt's writes, native once compiled): ``struct`` took each as a
+    Python object, boxed for the call, about four times the cost of the whole frame
+    (bench/README.md, "The frame-writer round"). ValueError for a frame too large for its lengths'
+    fields (2 GiB), which the caller sends as parts."""
     t0 = p.t0_ns
     flags = PROXY if p.mode == "proxy" else 0
-    text = b""
-    named = why = 0
     profile, error = p.profile, p.error
+    named = b""
+    why = b""
     if profile is not None:
         flags |= PROFILED
-        text = profile.encode("utf-8", "surrogatepass")
-        named = len(text)
+        named = _utf8(profile)
     if error is not None:
         flags |= FAILED
-        failed = error.encode("utf-8", "surrogatepass")
-        why = len(failed)
-        text += failed
-    url = p.url.encode("utf-8", "surrogatepass")
-    text += url
-    read, written, head, body = p.read, p.written, p.head, p.body
-    pieces = [b"", text, read, written, head, body]
-    size = PLAIN.size + len(text) + len(read) + len(written) + len(head) + len(body)
-    reads = p.reads
-    count = 0
-    if reads is not None:
-        for t, data in reads:
-            pieces[1] += READ.pack(t - t0, len(data))
-            pieces.append(data)
-            size += READ.size + len(data)
-            count += 1
+        why = _utf8(error)
     if p.answer_ns:
         flags |= ANSWERED
     if p.sent_ns:
         flags |= SENT
-    pieces[0] = FRAMED_PLAIN.pack(
-        size, dropped, PLAIN_KIND, flags, t0, p.started, p.end_ns - t0, p.answer_ns - t0, p.sent_ns - t0,
-        p.status, p.up_status, count, named, why, len(url), len(read), len(written), len(head), len(body),
-    )  # fmt: skip
-    return b"".join(pieces)
+    url = _utf8(p.url)
+    read, written, head, body = p.read, p.written, p.head, p.body
+    reads = p.reads if p.reads is not None else []
+    size = PLAIN_SIZE + len(named) + len(why) + len(url) + len(read) + len(written) + len(head) + len(body)
+    for each in reads:  # (not unpacked: its time would be made an object again, to be dropped)
+        size += READ_SIZE + len(each[1])
+    if size > MAX_PLAIN:
+        raise ValueError(f"a plain exchange of {size} bytes is framed as parts")
+    w = out if out is not None else BytesWriter()
+    w.truncate(0)
+    write_i32_le(w, size)  # FRAME: the payload's size, the drops so far
+    write_i64_le(w, dropped)
+    w.append(PLAIN_KIND)  # PLAIN, field by field
+    w.append(flags)
+    write_i64_le(w, t0)
+    write_f64_le(w, p.started)
+    write_i64_le(w, p.end_ns - t0)
+    write_i64_le(w, p.answer_ns - t0)
+    write_i64_le(w, p.sent_ns - t0)
+    write_i32_le(w, p.status)
+    write_i32_le(w, p.up_status)
+    write_i32_le(w, len(reads))
+    write_i32_le(w, len(named))
+    write_i32_le(w, len(why))
+    write_i32_le(w, len(url))
+    write_i32_le(w, len(read))
+    write_i32_le(w, len(written))
+    write_i32_le(w, len(head))
+    write_i32_le(w, len(body))
+    w.write(named)
+    w.write(why)
+    w.write(url)
+    for t, data in reads:  # READ
+        write_i64_le(w, t - t0)
+        write_i32_le(w, len(data))
+    w.write(read)
+    w.write(written)
+    w.write(head)
+    w.write(body)
+    for each in reads:
+        w.write(each[1])
+    return w.getvalue()
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8, a lone surrogate (a header decoded with surrogateescape) kept as its three
+    bytes: the plain codec's fast path, the error handler only for the rare string that needs it."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def _plain(payload: bytes) -> RawExchange:
