@@ -4,9 +4,12 @@ process's end of the socket (``conftest.capture_socket``)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse
+from oaishim.server.capture_feed import RemoteWriter
 from oaishim.server.capture_frame import decode, frames
 
 FIELDS: dict[type, tuple[str, ...]] = {
@@ -37,3 +40,10 @@ def readframes(conn: socket.socket, want: int) -> list[tuple[int, RawExchange | 
         buffer += data
         got += [(dropped, decode(payload) if payload else None) for dropped, payload in frames(buffer)]
     return got
+
+
+async def sent_all(writer: RemoteWriter, seconds: float = 10, step: float = 0.01) -> None:
+    """Wait (``seconds`` at most, looking every ``step``) until ``writer`` holds nothing unsent."""
+    deadline = time.monotonic() + seconds
+    while writer.held and time.monotonic() < deadline:
+        await asyncio.sleep(step)

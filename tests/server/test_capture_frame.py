@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _capture_link import fields, readframes
+from _capture_link import fields, readframes, sent_all
 from librt.strings import BytesWriter
 
 from oaishim.capture.raw import PlainExchange, RawExchange, RawRequest
@@ -201,9 +201,7 @@ def test_plain_frames_cross_among_the_others_in_order_with_a_socket_that_takes_p
     async def serve() -> None:
         for e in sent:
             assert writer.submit_plain(e) if isinstance(e, PlainExchange) else writer.submit(e)
-        deadline = time.monotonic() + 10
-        while writer.held and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await sent_all(writer)
 
     asyncio.run(serve())
     reader.join(10)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _capture_link import fields, readframes
+from _capture_link import fields, readframes, sent_all
 
 from oaishim.capture.raw import RawExchange, RawRequest, RawResponse, from_tuple, to_tuple
 from oaishim.server.capture_feed import RemoteWriter
@@ -291,9 +291,7 @@ def test_a_kernel_buffer_that_takes_part_of_a_write_loses_nothing(
         await asyncio.sleep(0.05)  # several ticks with nobody reading: the socket's buffer is full
         waiting = writer.held
         reader.start()
-        deadline = time.monotonic() + 10
-        while writer.held and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await sent_all(writer)
         return waiting
 
     waiting = asyncio.run(serve())
@@ -327,9 +325,7 @@ def test_frames_cross_as_fast_as_they_are_read_not_one_socket_buffer_a_tick(
                 assert writer.submit(raw), f"dropped at {k} with {writer.held} held"
             most.append(writer.held)
             await asyncio.sleep(0.005)
-        deadline = time.monotonic() + 10
-        while writer.held and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+        await sent_all(writer, step=0.005)
 
     asyncio.run(serve())
     reader.join(10)

@@ -111,11 +111,7 @@ class RemoteWriter:
         frame = self._admit(made)
         if frame is None:
             return False
-        self._buffers.append(frame)
-        self._counts.append(1)
-        self.held += 1
-        self.held_bytes += len(frame)
-        self._counted = self.dropped
+        self._queue(frame, 1)  # (a plain frame carries its own head)
         self._arm()
         return True
 
@@ -196,13 +192,17 @@ class RemoteWriter:
         """Queue one frame: an exchange's payload (``count`` 1), or none (0) to carry the drop count.
         Its head and payload are queued as two buffers, which ``sendmsg`` gathers: joined, each
         exchange's payload was copied once more."""
-        self._buffers.append(FRAME.pack(len(payload), self.dropped))
-        self._counts.append(0)
+        self._queue(FRAME.pack(len(payload), self.dropped), 0)
         if payload:
-            self._buffers.append(payload)
-            self._counts.append(count)
+            self._queue(payload, count)
+
+    def _queue(self, buffer: bytes, count: int) -> None:
+        """Hold one buffer for the socket: ``count``, the exchanges its end completes (0 for a
+        frame's head); the frame it ends carries the drop count as it is now."""
+        self._buffers.append(buffer)
+        self._counts.append(count)
         self.held += count
-        self.held_bytes += FRAME.size + len(payload)
+        self.held_bytes += len(buffer)
         self._counted = self.dropped
 
     def _arm(self) -> None:
