@@ -77,6 +77,24 @@ def test_a_quiet_gateway_gets_every_record_built(clock: Clock) -> None:
     assert pace.tokens == Pace.BURST
 
 
+def test_a_worker_busy_on_the_board_is_not_quiet_though_no_frame_comes(clock: Clock) -> None:
+    """A busy worker holds its frames (``capture_feed``): the board's time keeps the gateway busy,
+    the frames' aside, and the share is what may be built until the board falls quiet too."""
+    said = [clock.now]
+    pace = Pace(clock, busy=lambda: said[0])
+    backlog = held(clock, 10, 10, 10)
+    pace.arrived()  # the burst handed over at the end of the last load
+    clock.now += Pace.QUIET * 0.5
+    said[0] = clock.now  # the next load has begun: no frame, but the board
+    clock.now += Pace.QUIET * 0.9
+    assert not pace.quiet()
+    assert pace.may_build(backlog)  # the share's burst, at first
+    pace.built(Pace.BURST * 2)
+    assert not pace.may_build(backlog) and pace.wait(backlog) > 0  # not at full pace
+    clock.now += Pace.QUIET * 0.2  # the board's last word is now QUIET old, the last frame's older
+    assert pace.quiet() and pace.may_build(backlog) and pace.wait(backlog) == 0
+
+
 def test_quiet_is_no_frame_for_a_while_and_not_behind(clock: Clock) -> None:
     bound = 10_000
     pace = Pace(clock, backlog_bytes=bound)

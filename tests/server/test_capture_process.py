@@ -309,8 +309,11 @@ def test_frames_cross_as_fast_as_they_are_read_not_one_socket_buffer_a_tick(
     """A worker framing more a tick than the socket's buffer holds, with the capture process reading
     all the while: what a tick's send leaves goes as the reader makes room, so nothing waits long
     enough to fill the queue. Sent once a tick only (and the kernel's default buffer), 3,000
-    exchanges offered in about 0.15 s overflowed a queue of 1,024."""
-    writer = RemoteWriter(tmp_path / "capture.sock", queue_size=1024, interval=0.02, send_buffer=send_buffer)
+    exchanges offered in about 0.15 s overflowed a queue of 1,024. The frames are not held (``hold_age``
+    0), as those of a worker past its hold bound are not (``test_capture_hold``)."""
+    writer = RemoteWriter(
+        tmp_path / "capture.sock", queue_size=1024, interval=0.02, send_buffer=send_buffer, hold_age=0
+    )
     writer.start()
     conn, _ = capture_socket.accept()
     sent = [exchange(i, 4000) for i in range(3000)]  # 12 MB, ~4 KB each: a plain exchange's size

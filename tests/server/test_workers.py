@@ -344,8 +344,9 @@ async def send(sender: RemoteWriter) -> None:
 
 
 # the queue these cases were measured against: a larger one holds a stalled writer's frames longer, and
-# with it a writer that stops reading would drop nothing here either
-sender = RemoteWriter(folder / "sock", queue_size=1024, send_buffer=send_buffer).start()
+# with it a writer that stops reading would drop nothing here either; and frames not held while the
+# sender is busy (capture_feed's hold), so the capture process has them to read all along
+sender = RemoteWriter(folder / "sock", queue_size=1024, send_buffer=send_buffer, hold_age=0).start()
 try:
     asyncio.run(send(sender))
     sender.close()

@@ -23,6 +23,15 @@ sends are ``server.capture_frame``'s.
   second, which a queue of 1,024 held for 35 ms: bench runs dropped hundreds to thousands an
   episode (bench/README.md, "The holding round"). The bytes bound keeps long streams' frames (tens
   to hundreds of KB each) from holding that many.
+* **A busy worker holds its frames** (``hold_bytes``, ``hold_age``): a tick that finds exchanges
+  framed since the one before sends nothing and looks again a tick later; the frames go at the
+  first tick after one with none (the worker has been quiet for ``interval``), or once they
+  reach ``hold_bytes`` or have been held ``hold_age`` seconds. Handed over while the load ran, the
+  frames woke the capture process to read them every tick, and on two vCPUs that reading, beside
+  the request's chain, was capture's whole c1 tail (p99 0.58 ms against 0.29 off; with nothing
+  read during the load, 0.25 against 0.27: bench/README.md, "The frame-writer round"). The memory
+  a burst's frames take is then the worker's for the burst, not the capture process's: the bounds
+  are the worker's share of ``--capture-backlog-mb`` (:func:`worker_bounds`).
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
+import time
 from pathlib import Path
 from typing import Final
 
@@ -38,14 +49,25 @@ from librt.strings import BytesWriter
 
 from oaishim.capture.raw import PlainExchange, RawExchange
 from oaishim.server.asgi import Scope
+from oaishim.server.capture_busy import BusyBoard, board_path
 from oaishim.server.capture_frame import FRAME, encode, plain_frame
 from oaishim.server.recorder import Recorder
 
 log: Final = logging.getLogger("oaishim.capture")
 IOV_BATCH: Final = 256  # buffers one sendmsg is given at most, one or two a frame (the kernel allows 1,024)
-QUEUE_SIZE: Final = 8192  # exchanges a worker holds for the capture process at most (see the module)
-QUEUE_BYTES: Final = 32 << 20  # and bytes of their frames
-SEND_EVERY: Final = 0.02  # seconds between a busy worker's hand-overs (the capture process's pace reads its gaps)
+QUEUE_SIZE: Final = 1 << 18  # exchanges a worker holds for the capture process at most (see the module)
+QUEUE_BYTES: Final = 32 << 20  # and bytes of their frames (the least a worker's share of the backlog bound gives)
+SEND_EVERY: Final = 0.02  # seconds between a worker's ticks (the capture process's pace reads the gaps)
+HOLD_AGE: Final = 10.0  # seconds a busy worker holds its frames at most before it hands them over
+
+
+def worker_bounds(backlog_bytes: int, workers: int) -> tuple[int, int]:
+    """A worker's ``queue_bytes`` (past it, exchanges are dropped) and ``hold_bytes`` (past it, a busy
+    worker hands its frames over): its share of the capture backlog's bound, ``QUEUE_BYTES`` at
+    least, and half of that. Every worker holding what it may hold is then at most the bytes the
+    capture process may hold: a burst's frames take the memory once, in one process or the other."""
+    queue = max(QUEUE_BYTES, backlog_bytes // max(1, workers))
+    return queue, queue // 2
 
 
 class RemoteWriter:
@@ -60,11 +82,18 @@ class RemoteWriter:
         queue_bytes: int = QUEUE_BYTES,
         interval: float = SEND_EVERY,
         send_buffer: int = 4 << 20,
+        hold_bytes: int = QUEUE_BYTES // 2,
+        hold_age: float = HOLD_AGE,
     ) -> None:
         self.address = address
         self.queue_size = queue_size  # exchanges held (framed, not yet all in the kernel) at most
         self.queue_bytes = queue_bytes  # bytes of frames held at most (one frame is taken whatever its size)
         self.interval = interval
+        self.hold_bytes = hold_bytes  # a busy worker's frames go once they are this many bytes
+        self.hold_age = hold_age  # or have been held this many seconds (0: frames are never held)
+        self.busy = False  # an exchange was framed since the last tick
+        self._holding = math.inf  # when the frames held now began to be held (inf: none are)
+        self._board: BusyBoard | None = None  # where the capture process reads that this worker is busy
         self.send_buffer = send_buffer  # bytes asked of the kernel for the socket's send buffer
         self.dropped = 0
         self.sent = 0  # exchanges wholly handed to the kernel
@@ -86,6 +115,7 @@ class RemoteWriter:
 
     def start(self) -> RemoteWriter:
         self._sock = self._connect()  # here, so a gateway without its capture process fails at startup
+        self._board = BusyBoard.open(board_path(self.address))
         return self
 
     def submit(self, exchange: RawExchange) -> bool:
@@ -95,6 +125,7 @@ class RemoteWriter:
         if payload is None:
             return False
         self._frame(payload, 1)
+        self.busy = True
         self._arm()
         return True
 
@@ -112,6 +143,7 @@ class RemoteWriter:
         if frame is None:
             return False
         self._queue(frame, 1)  # (a plain frame carries its own head)
+        self.busy = True
         self._arm()
         return True
 
@@ -134,6 +166,9 @@ class RemoteWriter:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._board is not None:
+            self._board.close()
+            self._board = None
 
     def flush(self, wait: float | None = None) -> None:
         """Hand what is held to the kernel: what its buffer takes now, or (``wait``) all of it,
@@ -218,9 +253,28 @@ class RemoteWriter:
 
     def _tick(self) -> None:
         self._timer = None
+        if self._hold():
+            self._arm()  # held one more tick
+            return
         self.flush()
         if self._first < len(self._buffers):
             self._watch()  # the kernel's buffer is full: the rest goes once the capture process reads
+
+    def _hold(self) -> bool:
+        """Whether this tick keeps the frames (see the module): exchanges were framed since the tick
+        before, and the frames held are under ``hold_bytes`` and ``hold_age``. Never while the
+        socket is watched (what is framed then goes with its room), nor with a drop count to tell."""
+        busy, self.busy = self.busy, False
+        if busy and self._board is not None:
+            self._board.mark(time.monotonic_ns())  # (held or not: the capture process builds less while it is busy)
+        if busy and self._watched is None and self.held_bytes < self.hold_bytes and self.dropped == self._counted:
+            now = time.monotonic()
+            if self._holding == math.inf:
+                self._holding = now
+            if now - self._holding < self.hold_age:
+                return True
+        self._holding = math.inf
+        return False
 
     def _watch(self) -> None:
         """Send again as soon as the socket has room (a tick later if it cannot be watched)."""
@@ -280,8 +334,11 @@ class RemoteRecording:
     """What the gateway records through when a capture process writes: ``begin`` as
     :class:`~oaishim.server.recording.Recording`'s."""
 
-    def __init__(self, address: Path) -> None:
-        self.writer = RemoteWriter(address)
+    def __init__(self, address: Path, backlog_bytes: int = 0, workers: int = 1) -> None:
+        """``backlog_bytes``: the capture process's bound, of which this worker has its share
+        (:func:`worker_bounds`; 0: the least)."""
+        queue_bytes, hold_bytes = worker_bounds(backlog_bytes, workers)
+        self.writer = RemoteWriter(address, queue_bytes=queue_bytes, hold_bytes=hold_bytes)
 
     def start(self) -> None:
         self.writer.start()

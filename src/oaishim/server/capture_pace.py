@@ -7,8 +7,8 @@ the gateway's latency tail with it (c1 p99 1.3 → 3.3 ms) even in the idle sche
 capture process reads every frame at once (the workers never wait on it) and keeps what it reads
 in a :class:`Backlog`, and :class:`Pace` says when to build from it:
 
-* while the gateway is **quiet** (no frame for ``QUIET`` seconds, a few of the workers' hand-over
-  intervals): build, one record at a time, looking at the sockets between records, so the next
+* while the gateway is **quiet** (no frame, and no worker's word that it is busy on the board of
+  ``server.capture_busy``, for ``QUIET`` seconds, a few of the workers' ticks): build, one record at a time, looking at the sockets between records, so the next
   request finds the core free;
 * while it is **busy**: a ``SHARE`` of the wall time (in slices of one record), which keeps up
   with a light load and leaves a heavy one alone;
@@ -122,10 +122,18 @@ class Pace:
     BURST = 0.002  # seconds of building ahead of the share
     BACKLOG_AGE = 120.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, backlog_bytes: int = BACKLOG_MIN) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        backlog_bytes: int = BACKLOG_MIN,
+        busy: Callable[[], float] | None = None,
+    ) -> None:
         self.clock = clock
         self.backlog_bytes = backlog_bytes  # the bound (see the module)
         self.last_frame = -math.inf
+        # when a worker last said it had exchanges in hand (``capture_busy.BusyBoard.last``): a worker
+        # holds its frames while it is busy (``capture_feed``), so no frame says it is
+        self.busy = busy
         self.tokens = self.BURST
         self._last = clock()
         self.behind = False
@@ -159,7 +167,11 @@ class Pace:
         return not self.behind and self._quiet_at(self.clock())
 
     def _quiet_at(self, now: float) -> bool:
-        return now - self.last_frame >= self.QUIET
+        return now - self._last_busy() >= self.QUIET
+
+    def _last_busy(self) -> float:
+        """When the gateway was last seen busy: the last frame, or a worker's word on the board."""
+        return self.last_frame if self.busy is None else max(self.last_frame, self.busy())
 
     def full(self, backlog: Backlog) -> bool:
         """Whether to stop reading frames until some are built (the workers then hold and drop)."""
@@ -177,7 +189,7 @@ class Pace:
         if self.behind:
             return 0.0
         now = self.clock()
-        quiet_in = self.QUIET - (now - self.last_frame)
+        quiet_in = self.QUIET - (now - self._last_busy())
         share_in = -self.tokens / self.SHARE if self.tokens <= 0 else 0.0
         return max(0.0, min(quiet_in, share_in, 0.2))
 

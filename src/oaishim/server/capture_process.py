@@ -7,9 +7,11 @@ process's GIL, and every worker's exchanges go to one folder, one numbering of f
 * The serving parent binds a Unix socket in its private run folder, then forks the writer
   (:class:`CaptureProcess`); the writer accepts one connection per worker, a restarted worker too.
 * In a worker, ``server.capture_feed.RemoteWriter`` frames each finished exchange and hands the
-  frames to the socket from the event loop, without a thread; when this process falls behind, the
-  frames wait there and, past its queue, are dropped and counted (never silently): the writer keeps
-  the sum of every worker's drops in the index, as the thread writer does.
+  frames to the socket from the event loop, without a thread, once the worker is quiet (a busy one
+  holds them, and says it is busy on a mapped board, ``server.capture_busy``); when this process
+  falls behind, the frames wait there and, past its queue, are dropped and counted (never
+  silently): the writer keeps the sum of every worker's drops in the index, as the thread writer
+  does.
 * The capture process reads every frame as it comes and holds the exchanges; it builds their
   records when the gateway is quiet, at a small share of the time while it is busy, and without
   pause once it is behind (``server.capture_pace``: a record is late under load, not lost). The
@@ -34,6 +36,7 @@ import threading
 import time
 from pathlib import Path
 
+from oaishim.server.capture_busy import BusyBoard, board_path
 from oaishim.server.capture_frame import decode, frames
 from oaishim.server.capture_pace import WRITER_NICE, Backlog, Pace, Priority, backlog_bytes_for, release_memory
 from oaishim.server.config import Settings
@@ -73,6 +76,7 @@ class CaptureProcess:
             self.address.unlink()  # left by a capture process that died (this one restarts it)
         listener.bind(str(self.address))
         listener.listen(64)
+        board = BusyBoard(board_path(self.address), create=True)  # before the workers, which map it
         recording = writer_recording(self.settings)
         recording.writer.open_files()  # here: a folder that cannot be written fails before serving starts
         parent = os.getpid()
@@ -83,12 +87,13 @@ class CaptureProcess:
                 # the parent killed outright: the workers die with it; what reached this process is written
                 die_with_parent(signal.SIGTERM, parent)
                 signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the supervisor blocks them for itself
-                code = _writer_main(listener, recording, backlog_bytes(self.settings))
+                code = _writer_main(listener, recording, backlog_bytes(self.settings), board)
             except BaseException:
                 log.exception("the capture process failed")
             finally:
                 os._exit(code)
         listener.close()
+        board.close()
         recording.writer.finish()  # the parent's copies of the descriptors
         self.pid = pid
 
@@ -117,13 +122,13 @@ def backlog_bytes(settings: Settings) -> int:
     return settings.capture_backlog_bytes or backlog_bytes_for(usable_memory())
 
 
-def _writer_main(listener: socket.socket, recording: Recording, bound: int) -> int:
+def _writer_main(listener: socket.socket, recording: Recording, bound: int, board: BusyBoard) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent orders the stop
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     with contextlib.suppress(OSError):
         os.nice(WRITER_NICE)  # the serving processes first when the cores are all busy
-    priority, pace, backlog = Priority(), Pace(backlog_bytes=bound), Backlog()
+    priority, pace, backlog = Priority(), Pace(backlog_bytes=bound, busy=board.last), Backlog()
     log.info("capture: up to %d bytes of exchanges held before their records are built", bound)
     writer, budget = recording.writer, recording.budget
     writer.open_index()

@@ -42,11 +42,14 @@ class Cluster:
     run_dir: Path
     workers: int = 1
     capture: Path | None = None  # the capture process's socket
+    capture_backlog: int = 0  # the bound of the capture process's backlog, which the workers share
     buckets: SharedBuckets | None = None
     _server: asyncio.AbstractServer | None = field(default=None, repr=False)
 
     def recording(self) -> RemoteRecording | None:
-        return RemoteRecording(self.capture) if self.capture is not None else None
+        if self.capture is None:
+            return None
+        return RemoteRecording(self.capture, self.capture_backlog, self.workers)
 
     def health_headers(self) -> list[tuple[bytes, bytes]]:
         return [(WORKER_HEADER, str(os.getpid()).encode())] if self.workers > 1 else []
