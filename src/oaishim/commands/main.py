@@ -147,7 +147,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         metavar="MB",
         help="exchanges the capture process may hold before their records are built, in MiB; past half of it "
-        "it builds at full pace (default: a sixteenth of the memory, 256 to 2048)",
+        "it builds at full pace; each worker may hold its share while busy, and hands its frames over at half "
+        "of that (default: a sixteenth of the memory, 256 to 2048)",
     )
     p.add_argument(
         "--passthrough",

@@ -15,9 +15,9 @@ sends are ``server.capture_frame``'s.
   The socket's send buffer is also asked for ``send_buffer`` bytes (the kernel caps it at
   ``net.core.wmem_max``).
 * When the capture process falls behind, the socket's buffer stays full, the frames wait here, and
-  once ``queue_size`` exchanges (8,192) or ``queue_bytes`` bytes of frames (32 MiB) wait, a submit
-  drops and counts (the ``oaishim_capture_dropped`` metric, a log line at 1, 2, 4, … drops): a
-  record is never lost silently. The capture process reads nothing while it builds a record, and
+  once ``queue_size`` exchanges (262,144) or ``queue_bytes`` bytes of frames (the worker's share,
+  :func:`worker_bounds`) wait, a submit drops and counts (the ``oaishim_capture_dropped`` metric, a
+  log line at 1, 2, 4, … drops): a record is never lost silently. The capture process reads nothing while it builds a record, and
   one built in the idle class on a core kept busy takes up to a few hundred milliseconds
   (``server.capture_pace``); one worker on a 2-vCPU host serves about 30,000 plain exchanges a
   second, which a queue of 1,024 held for 35 ms: bench runs dropped hundreds to thousands an
