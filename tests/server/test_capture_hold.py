@@ -83,34 +83,40 @@ def test_the_frames_held_go_once_they_reach_hold_bytes(tmp_path: Path, capture_s
     assert [fields(e) for _, e in got] == [fields(e) for e in sent]
 
 
-def test_the_frames_held_go_once_held_hold_age(tmp_path: Path, capture_socket: socket.socket) -> None:
-    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.01, hold_age=0.1).start()
+def run_writer(
+    tmp_path: Path, capture_socket: socket.socket, sent: list[RawExchange], seconds: float, **options: float
+) -> tuple[RemoteWriter, socket.socket, list[int]]:
+    """A writer with ``options`` given ``sent`` as ``submit_for`` gives them; it, the capture
+    side's connection, and what waited there after each submit."""
+    writer = RemoteWriter(tmp_path / "capture.sock", **options).start()  # type: ignore[arg-type]
     conn, _ = capture_socket.accept()
-    sent = [exchange(i, 300) for i in range(1000)]
 
     async def serve() -> list[int]:
-        return await submit_for(writer, sent, 0.6, conn)
+        return await submit_for(writer, sent, seconds, conn)
 
-    seen = asyncio.run(serve())
+    return writer, conn, asyncio.run(serve())
+
+
+def arrive_whole(writer: RemoteWriter, conn: socket.socket, sent: list[RawExchange]) -> None:
+    """Once ``writer`` is closed, every one of ``sent`` is on ``conn``, whole and in order."""
+    writer.close()
+    assert [fields(e) for _, e in readframes(conn, len(sent))] == [fields(e) for e in sent]
+
+
+def test_the_frames_held_go_once_held_hold_age(tmp_path: Path, capture_socket: socket.socket) -> None:
+    sent = [exchange(i, 300) for i in range(1000)]
+    writer, conn, seen = run_writer(tmp_path, capture_socket, sent, 0.6, interval=0.01, hold_age=0.1)
     first = next(i for i, n in enumerate(seen) if n)
     assert 30 <= first <= 90  # held about 0.1 s from the first hold (2 ms and more a submit)
     assert len(set(seen[first:])) > 2  # and again each 0.1 s after (the peeks grow by steps)
-    writer.close()
-    assert [fields(e) for _, e in readframes(conn, len(sent))] == [fields(e) for e in sent]
+    arrive_whole(writer, conn, sent)
 
 
 def test_frames_never_held_with_hold_age_zero(tmp_path: Path, capture_socket: socket.socket) -> None:
-    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005, hold_age=0).start()
-    conn, _ = capture_socket.accept()
     sent = [exchange(i, 300) for i in range(40)]
-
-    async def serve() -> list[int]:
-        return await submit_for(writer, sent, 10, conn)
-
-    seen = asyncio.run(serve())
+    writer, conn, seen = run_writer(tmp_path, capture_socket, sent, 10, interval=0.005, hold_age=0)
     assert next(i for i, n in enumerate(seen) if n) <= 10  # the first tick's send (5 ms, 2 ms a submit)
-    writer.close()
-    assert [fields(e) for _, e in readframes(conn, len(sent))] == [fields(e) for e in sent]
+    arrive_whole(writer, conn, sent)
 
 
 def test_each_worker_may_hold_its_share_of_the_capture_backlog() -> None:
