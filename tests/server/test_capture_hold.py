@@ -64,25 +64,6 @@ def test_a_busy_worker_sends_nothing_and_everything_a_tick_after_it_stops(
     assert (writer.sent, writer.dropped) == (len(sent), 0)
 
 
-def test_the_frames_held_go_once_they_reach_hold_bytes(tmp_path: Path, capture_socket: socket.socket) -> None:
-    """About 4 KB an exchange, a bound of 40 KB: the frames go every ten or so, while the worker is
-    still busy, and arrive whole and in order."""
-    writer = RemoteWriter(tmp_path / "capture.sock", interval=0.005, hold_bytes=40_000).start()
-    conn, _ = capture_socket.accept()
-    sent = [exchange(i, 4000) for i in range(150)]
-
-    async def serve() -> list[int]:
-        seen = await submit_for(writer, sent, 10, conn)
-        writer.close()
-        return seen
-
-    seen = asyncio.run(serve())
-    assert len(sent) == 150
-    assert max(seen) > 40_000  # they went while it was busy, a bound's worth or more at a time
-    got = readframes(conn, len(sent))
-    assert [fields(e) for _, e in got] == [fields(e) for e in sent]
-
-
 def run_writer(
     tmp_path: Path, capture_socket: socket.socket, sent: list[RawExchange], seconds: float, **options: float
 ) -> tuple[RemoteWriter, socket.socket, list[int]]:
@@ -101,6 +82,16 @@ def arrive_whole(writer: RemoteWriter, conn: socket.socket, sent: list[RawExchan
     """Once ``writer`` is closed, every one of ``sent`` is on ``conn``, whole and in order."""
     writer.close()
     assert [fields(e) for _, e in readframes(conn, len(sent))] == [fields(e) for e in sent]
+
+
+def test_the_frames_held_go_once_they_reach_hold_bytes(tmp_path: Path, capture_socket: socket.socket) -> None:
+    """About 4 KB an exchange, a bound of 40 KB: the frames go every ten or so, while the worker is
+    still busy, and arrive whole and in order."""
+    sent = [exchange(i, 4000) for i in range(150)]
+    writer, conn, seen = run_writer(tmp_path, capture_socket, sent, 10, interval=0.005, hold_bytes=40_000)
+    assert len(sent) == 150
+    assert max(seen) > 40_000  # they went while it was busy, a bound's worth or more at a time
+    arrive_whole(writer, conn, sent)
 
 
 def test_the_frames_held_go_once_held_hold_age(tmp_path: Path, capture_socket: socket.socket) -> None:

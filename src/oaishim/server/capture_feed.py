@@ -17,8 +17,9 @@ sends are ``server.capture_frame``'s.
 * When the capture process falls behind, the socket's buffer stays full, the frames wait here, and
   once ``queue_size`` exchanges (262,144) or ``queue_bytes`` bytes of frames (the worker's share,
   :func:`worker_bounds`) wait, a submit drops and counts (the ``oaishim_capture_dropped`` metric, a
-  log line at 1, 2, 4, … drops): a record is never lost silently. The capture process reads nothing while it builds a record, and
-  one built in the idle class on a core kept busy takes up to a few hundred milliseconds
+  log line at 1, 2, 4, … drops): a record is never lost silently. The capture process reads
+  nothing while it builds a record, and one built in the idle class on a core kept busy takes up
+  to a few hundred milliseconds
   (``server.capture_pace``); one worker on a 2-vCPU host serves about 30,000 plain exchanges a
   second, which a queue of 1,024 held for 35 ms: bench runs dropped hundreds to thousands an
   episode (bench/README.md, "The holding round"). The bytes bound keeps long streams' frames (tens
@@ -265,10 +266,14 @@ class RemoteWriter:
         before, and the frames held are under ``hold_bytes`` and ``hold_age``. Never while the
         socket is watched (what is framed then goes with its room), nor with a drop count to tell."""
         busy, self.busy = self.busy, False
-        if busy and self._board is not None:
-            self._board.mark(time.monotonic_ns())  # (held or not: the capture process builds less while it is busy)
-        if busy and self._watched is None and self.held_bytes < self.hold_bytes and self.dropped == self._counted:
-            now = time.monotonic()
+        if not busy:
+            self._holding = math.inf
+            return False
+        ns = time.monotonic_ns()
+        if self._board is not None:
+            self._board.mark(ns)  # (held or not: the capture process builds less while it is busy)
+        if self._watched is None and self.held_bytes < self.hold_bytes and self.dropped == self._counted:
+            now = ns / 1e9
             if self._holding == math.inf:
                 self._holding = now
             if now - self._holding < self.hold_age:

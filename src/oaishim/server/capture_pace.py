@@ -8,8 +8,8 @@ capture process reads every frame at once (the workers never wait on it) and kee
 in a :class:`Backlog`, and :class:`Pace` says when to build from it:
 
 * while the gateway is **quiet** (no frame, and no worker's word that it is busy on the board of
-  ``server.capture_busy``, for ``QUIET`` seconds, a few of the workers' ticks): build, one record at a time, looking at the sockets between records, so the next
-  request finds the core free;
+  ``server.capture_busy``, for ``QUIET`` seconds, a few of the workers' ticks): build, one record
+  at a time, looking at the sockets between records, so the next request finds the core free;
 * while it is **busy**: a ``SHARE`` of the wall time (in slices of one record), which keeps up
   with a light load and leaves a heavy one alone;
 * once the backlog is **behind** (half of its bound in bytes held, or its oldest exchange

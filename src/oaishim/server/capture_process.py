@@ -68,6 +68,7 @@ class CaptureProcess:
     def __init__(self, settings: Settings, address: Path) -> None:
         self.settings = settings
         self.address = address
+        self.backlog = backlog_bytes(settings)  # its bound, of which each worker has a share (capture_feed)
         self.pid = 0
 
     def start(self) -> None:
@@ -87,7 +88,7 @@ class CaptureProcess:
                 # the parent killed outright: the workers die with it; what reached this process is written
                 die_with_parent(signal.SIGTERM, parent)
                 signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the supervisor blocks them for itself
-                code = _writer_main(listener, recording, backlog_bytes(self.settings), board)
+                code = _writer_main(listener, recording, self.backlog, board)
             except BaseException:
                 log.exception("the capture process failed")
             finally:

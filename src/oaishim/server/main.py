@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from oaishim.server.app import Gateway
-from oaishim.server.capture_process import CaptureProcess, backlog_bytes
+from oaishim.server.capture_process import CaptureProcess
 from oaishim.server.cluster import Cluster
 from oaishim.server.config import Settings
 from oaishim.server.http import HttpLimits
@@ -101,7 +101,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> int:
         helper = None
         if settings.capture_dir is not None:
             capture = CaptureProcess(settings, run_dir / "capture.sock")
-            cluster.capture, cluster.capture_backlog = capture.address, backlog_bytes(settings)
+            cluster.capture, cluster.capture_backlog = capture.address, capture.backlog
 
             def start_capture() -> int:
                 capture.start()
