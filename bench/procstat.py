@@ -1,12 +1,19 @@
 """What the kernel says about a process tree: CPU time (user+sys) and resident memory, from /proc.
 
 A proxy may be several processes (nginx's master and worker) or one with threads (LiteLLM, the
-gateway): the whole tree is summed; /proc/PID/stat already sums a process's threads.
+gateway): the whole tree is summed; a process's figure already sums its threads, live and ended.
+
+CPU time is read from each process's CPU-time clock (``clock_gettime`` on the clock id Linux derives
+from the pid), which counts in nanoseconds. /proc/PID/stat counts in clock ticks (10 ms at 100 Hz):
+over a run of 12,288 chunks a tick is 0.8 µs a chunk, and each figure is the difference of two
+readings, so the stat counts alone put ±1.6 µs of rounding on a per-chunk figure whose goal is 10.
+The stat counts remain the fallback (a kernel without process clocks), and give the user/system split.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -35,16 +42,28 @@ def tree(root: int) -> list[int]:
     return found
 
 
+def _clock_id(pid: int) -> int:
+    """The CPU-time clock of process ``pid`` (what clock_getcpuclockid(3) returns: CPUCLOCK_SCHED of
+    the whole thread group, encoded as ``~pid << 3 | 2``)."""
+    return (~pid << 3) | 2
+
+
 def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU time of these processes (10 ms resolution with a 100 Hz tick)."""
-    total = 0
+    """User plus system CPU time of these processes, to the nanosecond where the kernel has process
+    CPU clocks, else in clock ticks (see the module)."""
+    total = 0.0
     for pid in pids:
+        try:
+            total += time.clock_gettime_ns(_clock_id(pid)) / 1e9
+            continue
+        except OSError:  # gone, or no such clock here: the stat counts say which
+            pass
         try:
             fields = _stat_fields(pid)
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / TICK
+        total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
+    return total
 
 
 def cpu_split(pids: list[int]) -> tuple[float, float]:
