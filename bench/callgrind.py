@@ -15,6 +15,9 @@ and one of 2N leaves the fixed costs (timers, the first request's lazy work) out
   the chunk difference leaves the per-request cost out;
 * the same two for ``/v1/responses`` (plain and streamed), where the gateway supports it.
 
+With ``--relay``, the per-chunk count of ``bench/chunk_floor.py``'s relay instead (a Python process
+that writes each read to the other side unchanged): what moving a chunk costs Python at all.
+
 With ``--capture``, the gateway records every exchange (``serve --capture``): the counts are those
 of the serving process, and the capture process's own are given beside (``writer_*``; the checker
 there runs within a share of wall time, so those vary with how slow valgrind makes it).
@@ -218,6 +221,39 @@ def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float, 
                     proc.kill()
 
 
+def run_relay(streams: int, gap_ms: float) -> dict[str, Any]:
+    """Instructions per streamed chunk of ``bench/chunk_floor.py``'s relay (a Python process that
+    writes each read to the other side unchanged), measured as :func:`run` measures the gateway's."""
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="oaishim-cg-relay-") as tmp:
+        folder = Path(tmp)
+        up_port, relay_port = free_port(), free_port()
+        upstream = subprocess.Popen([python, str(ROOT / "bench/upstream.py"), str(up_port)], stdout=subprocess.PIPE)
+        argv = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out.%p", python,
+            str(ROOT / "bench/chunk_floor.py"), "--serve-relay", str(relay_port), f"http://127.0.0.1:{up_port}",
+        ]  # fmt: skip
+        relay = subprocess.Popen(argv, cwd=tmp, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(up_port, upstream, 30)
+            wait_port(relay_port, relay, 300)
+            url = f"http://127.0.0.1:{relay_port}/v1/chat/completions"
+            gauge = Gauge(relay.pid, folder)
+            post_mode(f"http://127.0.0.1:{up_port}", gap_ms)
+            short, long = loadgen.request_bytes(url, SHORT, True), loadgen.request_bytes(url, LONG, True)
+            asyncio.run(batch(url, long, 2))
+            a, b = gauge.measure(url, short, streams), gauge.measure(url, long, streams)
+            return {"relay_stream_chunk": round((b - a) / ((LONG - SHORT) * streams))}
+        finally:
+            relay.terminate()
+            upstream.terminate()
+            for proc in (relay, upstream):
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
 def source(path: Path) -> Path:
     for candidate in (path / "src", path):
         if (candidate / "oaishim" / "__init__.py").exists():
@@ -235,16 +271,22 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=8.0)
     parser.add_argument("--no-responses", action="store_true")
     parser.add_argument("--capture", action="store_true", help="serve --capture: the serving process counted")
+    parser.add_argument(
+        "--relay", action="store_true", help="bench/chunk_floor.py's relay instead of the gateway: per chunk only"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     began = time.monotonic()
     result: dict[str, Any] = {"label": args.label, "requests": args.requests, "streams": args.streams}
-    result |= {
-        "gap_ms": args.gap_ms,
-        "capture": args.capture,
-        **run(source(args.src), args.requests, args.streams, not args.no_responses, args.gap_ms, args.capture),
-    }
+    if args.relay:
+        result |= {"gap_ms": args.gap_ms, **run_relay(args.streams, args.gap_ms)}
+    else:
+        result |= {
+            "gap_ms": args.gap_ms,
+            "capture": args.capture,
+            **run(source(args.src), args.requests, args.streams, not args.no_responses, args.gap_ms, args.capture),
+        }
     result["seconds"] = round(time.monotonic() - began)
     text = json.dumps(result, indent=1)
     print(text)

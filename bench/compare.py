@@ -40,6 +40,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import capture_pairs
+import chunk_floor
 import paths
 import procstat
 import report
@@ -217,6 +218,9 @@ class Bench:
         post(self.upstream + "/_bench/release", b"{}")
 
     def start(self, name: str) -> Running:
+        if name == "relay":  # bench/chunk_floor.py's floor (not a path of the rounds)
+            proc, url, took = chunk_floor.start_relay(self.upstream)
+            return Running(name, url, proc, took)
         return start_path(name, self.upstream, self.sources, self.tmp)
 
     # -- load ------------------------------------------------------------------------------------
@@ -369,6 +373,7 @@ class Bench:
         failed: dict[str, str] = {}
         load: list[list[float]] = [list(os.getloadavg())]
         pairs: dict[str, Any] | None = None
+        floor: dict[str, Any] | None = None
         t0 = time.perf_counter()
         try:
             for r in range(self.args.rounds):
@@ -394,6 +399,11 @@ class Bench:
                     self.start, wrk, self.args.capture_pairs, self.args.duration, dropped=capture_dropped
                 )
                 pairs = capture_pairs.summarise(blocks)
+            if self.args.floor_rounds and all(n in live and n not in failed for n in ("nginx", "oaishim")):
+                print(f"CPU per chunk against the relay: {self.args.floor_rounds} rounds", file=sys.stderr, flush=True)
+                floor = chunk_floor.measure_rounds(
+                    self.start, self.mode, list(chunk_floor.PATHS), self.args.floor_rounds, self.args.floor_streams
+                )
         finally:
             if self.upstream_proc is not None:
                 self.upstream_proc.terminate()
@@ -429,10 +439,12 @@ class Bench:
                 "saturation_streams": list(SATURATION_STREAMS),
                 "saturation_tokens": SATURATION_TOKENS,
                 "capture_pairs": self.args.capture_pairs,
+                "floor_rounds": self.args.floor_rounds,
             },
         }
         result = report.summarise(rounds, meta, names)
         result["capture_pairs"] = pairs
+        result["chunk_floor"] = floor
         result["capture_dropped"] = {  # exchanges capture had no room for: none, or capture on's figures flatter it
             "rounds": [r["oaishim_capture"].get("capture_dropped") for r in rounds if "oaishim_capture" in r],
             "pairs": [b["oaishim_capture"].get("capture_dropped") for b in pairs["blocks"]] if pairs else [],
@@ -591,6 +603,13 @@ def main() -> None:
         default=5,
         help="blocks of capture on against off, measured in pairs after the rounds (bench/capture_pairs.py; 0: none)",
     )
+    parser.add_argument(
+        "--floor-rounds",
+        type=int,
+        default=5,
+        help="rounds of CPU per chunk for nginx, a bare Python relay and oaishim after the rounds (bench/chunk_floor.py; 0: none)",
+    )
+    parser.add_argument("--floor-streams", type=int, default=192, help="streams per run in those rounds")
     parser.add_argument("--no-saturation", dest="saturation", action="store_false", help="skip the saturation steps")
     parser.add_argument("--no-responses", dest="responses", action="store_false", help="skip /v1/responses")
     parser.add_argument("--no-callgrind", dest="callgrind", action="store_false", help="skip the instruction counts")

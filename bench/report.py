@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import capture_pairs
+import chunk_floor
 import orjson
 import paths
 
@@ -272,6 +273,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"{name}: {why}")
     lines += capture_pairs.markdown(result.get("capture_pairs"))
     lines += capture_pairs.dropped_line(result.get("capture_dropped"))
+    lines += chunk_floor.markdown(result.get("chunk_floor"))
     lines += callgrind_lines(result.get("callgrind"), result.get("callgrind_baseline"), result.get("callgrind_pure"))
     lines += ["", "Spread (min – max over rounds):", ""]
     lines += ["| figure | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
