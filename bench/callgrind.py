@@ -212,13 +212,18 @@ def run(src: Path, requests: int, streams: int, responses: bool, gap_ms: float, 
                 out["responses_stream_chunk"] = per_chunk(rurl, "responses_stream_chunk")[0]
             return {k: round(v) for k, v in out.items()}
         finally:
-            gateway.terminate()
-            upstream.terminate()
-            for proc in (gateway, upstream):
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop(gateway, upstream)
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """Terminate each process, and kill what has not ended 30 s later."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def run_relay(streams: int, gap_ms: float) -> dict[str, Any]:
@@ -245,13 +250,7 @@ def run_relay(streams: int, gap_ms: float) -> dict[str, Any]:
             a, b = gauge.measure(url, short, streams), gauge.measure(url, long, streams)
             return {"relay_stream_chunk": round((b - a) / ((LONG - SHORT) * streams))}
         finally:
-            relay.terminate()
-            upstream.terminate()
-            for proc in (relay, upstream):
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop(relay, upstream)
 
 
 def source(path: Path) -> Path:
