@@ -22,7 +22,7 @@ With ``--capture``, the gateway records every exchange (``serve --capture``): th
 of the serving process, and the capture process's own are given beside (``writer_*``; the checker
 there runs within a share of wall time, so those vary with how slow valgrind makes it).
 
-    python bench/callgrind.py [--src DIR] [--label NAME] [--out FILE] [--requests N] [--streams S] [--capture]
+    python bench/callgrind.py [--src DIR] [--label NAME] [--out FILE] [--requests N] [--streams S] [--capture | --relay]
 
 Prints and (with ``--out``) writes one JSON object: instructions per request / per chunk for each
 path. ``--src`` measures another copy of the source (a folder holding ``oaishim``, or its parent).
@@ -278,6 +278,7 @@ def main() -> None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     began = time.monotonic()
     result: dict[str, Any] = {"label": args.label, "requests": args.requests, "streams": args.streams}
+    result["python"] = f"{sys.version.split()[0]} {sys.executable}"  # the interpreter counted
     if args.relay:
         result |= {"gap_ms": args.gap_ms, **run_relay(args.streams, args.gap_ms)}
     else:

@@ -14,7 +14,8 @@ counts, so it is given over all rounds together. `bench/run` runs the same round
 gateway's interpreter (``OAISHIM_BENCH_PYTHON``, as `bench/run --python` sets it; default: this
 checkout's venv).
 
-    .venv/bin/python bench/chunk_floor.py [--rounds 5] [--streams 192] [--src build/compiled-core/HASH] [--out FILE]
+    .venv/bin/python bench/chunk_floor.py [--rounds 5] [--streams 192] [--paths nginx,relay,oaishim]
+        [--src build/compiled-core/HASH] [--out FILE]
 
 ``--src``: the oaishim source to run (a compiled core, as `bench/run` builds one; default: the
 venv's install). Prints one line a round and a summary; ``--out`` writes the figures as JSON.
@@ -154,11 +155,15 @@ def start_relay(upstream: str) -> tuple[subprocess.Popen[bytes], str, float]:
 
 
 def loadgen(url: str, tokens: int, streams: int) -> None:
-    subprocess.run(
+    """``streams`` streams of ``tokens`` chunks, 16 at a time; a stream that failed fails the run."""
+    done = subprocess.run(
         [sys.executable, str(BENCH / "loadgen.py"), "streams", url, "--requests", str(streams),
          "--concurrency", "16", "--tokens", str(tokens)],
-        check=True, capture_output=True,
+        check=True, capture_output=True, text=True,
     )  # fmt: skip
+    errors = json.loads(done.stdout.strip().splitlines()[-1]).get("errors")
+    if errors:
+        raise RuntimeError(f"{errors} of {streams} streams to {url} failed")
 
 
 def measure(run: Run, url: str, streams: int) -> dict[str, float]:
