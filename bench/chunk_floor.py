@@ -25,16 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import http.client
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import orjson
 import paths
 import procstat
-from loadgen import request_body
 
 BENCH = Path(__file__).resolve().parent
 SHORT, LONG = 16, 144  # as bench/compare.py
@@ -125,33 +120,6 @@ class Run(Protocol):
 
 Start = Callable[[str], Run]  # a path by name, started and answering (``compare.Bench.start``)
 Mode = Callable[[float], None]  # the upstream's pause between chunks, in ms
-
-
-def start_relay(upstream: str) -> tuple[subprocess.Popen[bytes], str, float]:
-    """The relay on the gateway's interpreter, once a chat completion comes back through it: its
-    process, its chat completions URL and the seconds it took."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    argv = [paths.gateway_python(), __file__, "--serve-relay", str(port), upstream]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    t0 = time.perf_counter()
-    while True:
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            try:
-                conn.request(
-                    "POST", "/v1/chat/completions", request_body(4, False), {"content-type": "application/json"}
-                )
-                if conn.getresponse().status == 200:
-                    return proc, url, time.perf_counter() - t0
-            finally:
-                conn.close()
-        if proc.poll() is not None or time.perf_counter() - t0 > 60:
-            proc.kill()
-            raise RuntimeError("the relay did not start")
-        time.sleep(0.02)
 
 
 def loadgen(url: str, tokens: int, streams: int) -> None:
@@ -282,9 +250,6 @@ def main() -> None:
     upstream = f"http://127.0.0.1:{port}"
 
     def start(name: str) -> Running:
-        if name == "relay":
-            proc, url, took = start_relay(upstream)
-            return Running(name, url, proc, took)
         return start_path(name, upstream, sources, folder)
 
     def mode(gap_ms: float) -> None:

@@ -218,9 +218,6 @@ class Bench:
         post(self.upstream + "/_bench/release", b"{}")
 
     def start(self, name: str) -> Running:
-        if name == "relay":  # bench/chunk_floor.py's floor (not a path of the rounds)
-            proc, url, took = chunk_floor.start_relay(self.upstream)
-            return Running(name, url, proc, took)
         return start_path(name, self.upstream, self.sources, self.tmp)
 
     # -- load ------------------------------------------------------------------------------------

@@ -116,6 +116,9 @@ def launch(name: str, upstream: str, port: int, tmp: Path, sources: dict[str, Pa
         argv = [str(LITELLM_VENV / "bin/litellm"), "--config", "litellm.yaml", "--host", "127.0.0.1",
                 "--port", str(port)]  # fmt: skip
         return Launch(argv, env, tmp)
+    if name == "relay":  # bench/chunk_floor.py's floor, on the gateway's interpreter (not a path of the rounds)
+        argv = [gateway_python(), str(ROOT / "bench/chunk_floor.py"), "--serve-relay", str(port), upstream]
+        return Launch(argv, env, tmp)
     raise ValueError(name)
 
 
